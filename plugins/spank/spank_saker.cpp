@@ -1,0 +1,109 @@
+// spank_saker.so: Saker's SPANK plugin. One function per SPANK context, each a few
+// lines over the libraries (model: NVIDIA pyxis).
+//
+// Allocator/local context (sbatch, salloc, srun on the login node): the --dataset
+// option is parsed and recorded in the job's control environment, where slurmctld's
+// job_submit/saker reads it.
+#include <string>
+#include <vector>
+
+extern "C" {
+#include <slurm/spank.h>  // spank.h declares some symbols outside extern "C"
+}
+
+#include "common/error.hpp"
+#include "common/log.hpp"
+#include "plugins/c_boundary.hpp"
+#include "plugins/spank/config.hpp"
+#include "policies/dataset_ref.hpp"
+
+// SPANK_PLUGIN defines const arrays; in C++ they would get internal linkage and
+// Slurm would refuse the plugin ("symbol missing"), so declare them extern "C" first.
+extern "C" {
+extern const char plugin_name[];
+extern const char plugin_type[];
+extern const unsigned int plugin_version;
+extern const unsigned int spank_plugin_version;
+}
+SPANK_PLUGIN(saker, 1)
+
+namespace {
+
+using saker::policy::DatasetRef;
+
+struct State {
+  saker::spank::Config config;
+  std::vector<DatasetRef> datasets;
+  bool datasets_given = false;
+};
+State g_state;
+
+int on_dataset_option(int /*val*/, const char* optarg, int /*remote*/) {
+  return saker::plugin::guarded("--dataset", -1, [&] {
+    try {
+      g_state.datasets = saker::policy::parse_dataset_list(optarg == nullptr ? "" : optarg);
+      g_state.datasets_given = true;
+      return 0;
+    } catch (const saker::Error& e) {
+      // In sbatch/srun slurm_error prints to the user's terminal; non-zero aborts the command.
+      slurm_error("saker: %s", e.what());
+      return -1;
+    }
+  });
+}
+
+struct spank_option g_dataset_option = {
+    const_cast<char*>("dataset"),
+    const_cast<char*>("NAME[@VERSION][,...]"),
+    const_cast<char*>("Datasets this job reads; the site's data-residency policy places or refuses the job "
+                      "accordingly (Saker)."),
+    1, 0, on_dataset_option};
+
+std::vector<std::string> plugin_args(int argc, char** argv) {
+  std::vector<std::string> args;
+  for (int i = 0; i < argc; ++i) args.emplace_back(argv[i]);
+  return args;
+}
+
+// Allocator (sbatch/salloc) and local (srun) contexts: record the declared datasets
+// in the job's control environment so slurmctld sees them.
+int record_datasets(spank_t sp) {
+  if (!g_state.datasets_given) return 0;
+  const std::string canonical = saker::policy::format_dataset_list(g_state.datasets);
+  if (spank_job_control_setenv(sp, saker::policy::kDatasetsEnvName, canonical.c_str(), 1) != ESPANK_SUCCESS) {
+    slurm_error("saker: could not record --dataset=%s in the job's control environment", canonical.c_str());
+    return -1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+extern "C" int slurm_spank_init(spank_t sp, int argc, char** argv) {
+  return saker::plugin::guarded("slurm_spank_init", -1, [&] {
+    if (spank_context() == S_CTX_REMOTE) saker::plugin::log_to_slurm();
+    try {
+      g_state.config = saker::spank::parse_config(plugin_args(argc, argv));
+    } catch (const saker::Error& e) {
+      slurm_error("saker: %s", e.what());
+      return -1;
+    }
+    if (spank_option_register(sp, &g_dataset_option) != ESPANK_SUCCESS) {
+      slurm_error("saker: could not register the --dataset option");
+      return -1;
+    }
+    return 0;
+  });
+}
+
+extern "C" int slurm_spank_init_post_opt(spank_t sp, int /*argc*/, char** /*argv*/) {
+  return saker::plugin::guarded("slurm_spank_init_post_opt", -1, [&] {
+    switch (spank_context()) {
+      case S_CTX_ALLOCATOR:
+      case S_CTX_LOCAL:
+        return record_datasets(sp);
+      default:
+        return 0;
+    }
+  });
+}
