@@ -50,11 +50,15 @@ struct Tensor {
   DType dtype = DType::f32;
   std::vector<std::uint64_t> shape;  // this rank's shape; {} is a scalar
   Placement placement = Placement::replicated;
+  // Partitioned only: rows of the whole tensor along dimension 0; 0 means shape[0] * world
+  // size. Rank r must hold rows [r*n/W, (r+1)*n/W).
+  std::uint64_t global_rows = 0;
   // Row-major, little-endian bytes: dtype_size(dtype) * product(shape). Borrowed from the
   // caller (must stay valid until save() returns, or until save_async() returns) or
-  // owned through `storage` (tensors returned by load).
+  // owned through `storage`, which keeps whatever holds the bytes alive (tensors returned
+  // by load, Tensor::owning).
   std::span<const std::byte> bytes;
-  std::shared_ptr<const std::vector<std::byte>> storage;
+  std::shared_ptr<const void> storage;
 
   static Tensor view(std::string name, DType dtype, std::vector<std::uint64_t> shape,
                      std::span<const std::byte> bytes, Placement placement = Placement::replicated);
@@ -196,6 +200,8 @@ class Checkpointer {
   std::vector<std::filesystem::path> prune();
 
  private:
+  void check_destination(const State& state) const;
+
   std::filesystem::path dir_;
   Options options_;
   struct Impl;
