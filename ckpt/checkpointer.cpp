@@ -130,7 +130,7 @@ Checkpointer::~Checkpointer() {
   try {
     wait();
   } catch (const std::exception& e) {
-    log::error(std::string("saker: ckpt: the last asynchronous save failed: ") + e.what());
+    log::error(std::string("ckpt: the last asynchronous save failed: ") + e.what());
   }
 }
 
@@ -234,7 +234,7 @@ void Checkpointer::check_destination(const State& state) const {
   try {
     required = options_.guard->require_encryption(state.lineage);
   } catch (const std::exception& e) {
-    log::warn(std::string("saker: ckpt: the policy could not decide whether encryption is required (") + e.what() +
+    log::warn(std::string("ckpt: the policy could not decide whether encryption is required (") + e.what() +
               "); requiring it");
   }
   if (required && !impl_->key)
@@ -262,7 +262,7 @@ SaveHandle Checkpointer::save_async(const State& state) {
     wait();
   } catch (const std::exception& e) {
     // The previous save's handle carries its error too; this save goes ahead.
-    log::error(std::string("saker: ckpt: the previous asynchronous save failed: ") + e.what());
+    log::error(std::string("ckpt: the previous asynchronous save failed: ") + e.what());
   }
   const double waited = seconds_since(wait_start);
 
@@ -297,7 +297,7 @@ SaveHandle Checkpointer::save_async(const State& state) {
 
   auto job = std::make_shared<SaveJob>();
   job->stall_s = seconds_since(t0);
-  log::info("saker: ckpt: step " + std::to_string(state.step) + ": training stalled " +
+  log::info("ckpt: step " + std::to_string(state.step) + ": training stalled " +
             std::to_string(static_cast<long long>(job->stall_s * 1e3 + 0.5)) + " ms (" +
             std::to_string(static_cast<long long>(waited * 1e3 + 0.5)) + " ms waiting for the previous save, snapshot of " +
             mib(total) + ")");
@@ -341,18 +341,18 @@ std::optional<LoadReport> Checkpointer::load_latest(std::uint32_t rank, std::uin
     try {
       LoadReport r = load_checkpoint(*it, rank, world_size, impl_->key ? &*impl_->key : nullptr);
       r.rejected = std::move(rejected);
-      log::info("saker: ckpt: loaded " + it->string() + " (step " + std::to_string(r.state.step) +
+      log::info("ckpt: loaded " + it->string() + " (step " + std::to_string(r.state.step) +
                 (r.resharded ? ", resharded from world size " + std::to_string(r.saved_world_size) : std::string()) + ")");
       return r;
     } catch (const KeyError&) {
       throw;  // every older checkpoint has the same key problem; falling back would lose progress
     } catch (const std::exception& e) {
-      log::warn("saker: ckpt: skipping damaged checkpoint " + it->string() + ": " + e.what());
+      log::warn("ckpt: skipping damaged checkpoint " + it->string() + ": " + e.what());
       rejected.push_back(it->string() + ": " + e.what());
     }
   }
   if (!rejected.empty())
-    log::warn("saker: ckpt: no intact checkpoint in " + dir_.string() + " (" + std::to_string(rejected.size()) + " damaged)");
+    log::warn("ckpt: no intact checkpoint in " + dir_.string() + " (" + std::to_string(rejected.size()) + " damaged)");
   return std::nullopt;
 }
 

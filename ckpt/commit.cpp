@@ -120,7 +120,7 @@ std::vector<fs::path> remove_stale_temps(const fs::path& dir, std::chrono::secon
       if (!ec) stale = fs::file_time_type::clock::now() - mtime > other_host_age;
     }
     if (stale && fs::remove(entry.path(), ec)) {
-      log::info("saker: ckpt: removed stale temporary file " + entry.path().string() + " (its writer is gone)");
+      log::info("ckpt: removed stale temporary file " + entry.path().string() + " (its writer is gone)");
       removed.push_back(entry.path());
     }
   }

@@ -138,8 +138,12 @@ Id string_type() {
 
 void write_attr(hid_t obj, const char* name, hid_t type, hid_t space, const void* value) {
   if (H5Aexists(obj, name) > 0) H5Adelete(obj, name);
-  Id a(check_id(H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT), std::string("attribute ") + name));
-  check(H5Awrite(a.get(), type, value), std::string("write attribute ") + name);
+  hid_t a = H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
+  Id owner(a);
+  // A null dataspace (empty shape) has no data to write.
+  if (a < 0 || (H5Sget_simple_extent_type(space) != H5S_NULL && H5Awrite(a, type, value) < 0))
+    throw Error(explain(std::string("cannot write HDF5 attribute ") + name, "HDF5 call failed",
+                        "check free space and I/O errors on the checkpoint filesystem"));
 }
 
 Id open_attr(hid_t obj, const char* name, const std::string& where) {

@@ -60,7 +60,7 @@ std::vector<fs::path> prune(const fs::path& dir, std::uint32_t keep_last, std::u
   }
   if (!removed.empty()) {
     commit::fsync_path(dir);
-    log::debug("saker: ckpt: retention removed " + std::to_string(removed.size()) + " file(s) from " + dir.string());
+    log::debug("ckpt: retention removed " + std::to_string(removed.size()) + " file(s) from " + dir.string());
   }
   return removed;
 }
