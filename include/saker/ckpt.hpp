@@ -6,7 +6,8 @@
 // h5py and h5dump read it without Saker.
 //
 // Typical use (one process per rank):
-//   saker::ckpt::Checkpointer ck("/scratch/run1/ckpt", {.keep_last = 3, .keep_every = 1000});
+//   saker::ckpt::Options opt;  opt.keep_last = 3;  opt.keep_every = 1000;
+//   saker::ckpt::Checkpointer ck("/scratch/run1/ckpt", opt);
 //   if (auto r = ck.load_latest(rank, world)) resume_from(r->state);
 //   ...
 //   ck.save_async(state);   // stalls only for a memcpy snapshot; at most one save in flight
