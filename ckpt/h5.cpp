@@ -1,6 +1,5 @@
 #include "ckpt/h5.hpp"
 
-#include <mutex>
 
 #include "common/error.hpp"
 #include "saker/ckpt.hpp"
@@ -48,8 +47,10 @@ void Id::reset() {
 }
 
 void silence_error_stack() {
-  static std::once_flag once;
-  std::call_once(once, [] { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); });
+  // The automatic error printing is per thread in thread-safe HDF5 builds.
+  static thread_local bool silenced = false;
+  if (!silenced) H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  silenced = true;
 }
 
 Id file_access() {
