@@ -28,6 +28,9 @@ struct StepState {
   std::optional<AffinityMode> option;  // --gpu-affinity, when the user gave it
   std::optional<aff::Machine> machine;
   std::string load_error;              // why machine is empty, if it was needed
+  // The step's GPUs as slurmstepd sees them before the tasks fork. A task's own copy
+  // may show only its GPU (--gpus-per-task binds per task), but the plan needs them all.
+  std::string step_gpus, visible;
 };
 StepState g_step;
 
@@ -125,6 +128,8 @@ int affinity_register_option(spank_t sp) {
 
 int affinity_prepare_step(spank_t sp, const Config& config) {
   if (mode(config) == AffinityMode::none || !is_rank_step(sp)) return 0;
+  g_step.step_gpus = getenv_of(sp, "SLURM_STEP_GPUS");
+  g_step.visible = getenv_of(sp, "CUDA_VISIBLE_DEVICES");
   try {
     g_step.machine = load_machine(config);
   } catch (const std::exception& e) {
@@ -146,8 +151,7 @@ int affinity_task_init(spank_t sp, const Config& config) {
   aff::Request request;
   aff::Plan plan;
   try {
-    const std::string step_gpus = getenv_of(sp, "SLURM_STEP_GPUS"), visible = getenv_of(sp, "CUDA_VISIBLE_DEVICES");
-    request.gpus = aff::step_gpus_from_env(step_gpus.c_str(), visible.c_str(), renumbering());
+    request.gpus = aff::step_gpus_from_env(g_step.step_gpus.c_str(), g_step.visible.c_str(), renumbering());
     // The step's CPUs: slurmstepd's own affinity (task/affinity binds only the tasks).
     request.allowed = aff::cpu_affinity(::getppid());
     request.local_tasks = local_tasks;
