@@ -68,7 +68,15 @@ std::string default_cache_path() {
   const slurm_conf_t* conf = daemon_conf();
   if (conf == nullptr || conf->slurmd_spooldir == nullptr) return {};
   std::string dir = conf->slurmd_spooldir;
-  if (dir.find('%') != std::string::npos) return {};  // per-node spool (%n): name not known here
+  // %n/%h: with one slurmd per host (the usual case) the node is this host. With
+  // several slurmd per host the directory will not exist and no cache is kept.
+  char host[256] = {0};
+  ::gethostname(host, sizeof host - 1);
+  std::string shortname(host);
+  shortname = shortname.substr(0, shortname.find('.'));
+  for (const char* token : {"%n", "%h"})
+    for (auto pos = dir.find(token); pos != std::string::npos; pos = dir.find(token)) dir.replace(pos, 2, shortname);
+  if (::access(dir.c_str(), W_OK) != 0) return {};
   return dir + "/saker-topology.xml";
 }
 
