@@ -199,8 +199,8 @@ void FusionEngine::cycle() {
     }
     std::string report = "stall: tensor '" + name + "' was submitted by rank(s) " + have + " but " + missing +
                          " has not submitted it after " +
-                         std::to_string(std::chrono::duration_cast<std::chrono::seconds>(waited).count()) +
-                         " s; every rank must submit the same tensor names (look for code that skips a layer or "
+                         std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()) +
+                         " ms; every rank must submit the same tensor names (look for code that skips a layer or "
                          "a parameter on some ranks)";
     if (!warned_[name]) {
       warned_[name] = true;

@@ -43,7 +43,7 @@ void Ring::exchange(const void* sbuf, std::size_t slen, void* rbuf, std::size_t 
   auto deadline = net::deadline_in(mesh_.timeout());
   while (sent < slen || got < rlen) {
     bool progress = false;
-    std::size_t send_limit = forward ? got : slen;
+    std::size_t send_limit = forward ? std::min(got, slen) : slen;
     if (sent < send_limit) {
       ssize_t k = ::send(sfd, sp + sent, std::min(send_limit - sent, chunk), MSG_NOSIGNAL | MSG_DONTWAIT);
       if (k > 0) { sent += static_cast<std::size_t>(k); progress = true; }
