@@ -26,14 +26,17 @@
 //      Rank 0 serves the store on that port unless SAKER_STORE_EXTERNAL=1 says
 //      another process (e.g. saker-run) already serves it (see TcpStoreServer).
 //   Node identity (which ranks share /dev/shm): SAKER_NODE_ID, else SLURMD_NODENAME,
-//   else the host name. Local rank: SAKER_LOCAL_RANK, else SLURM_LOCALID, else
-//   LOCAL_RANK, else derived from node identity.
+//   else the host name. local_rank()/local_size() are derived from node identity
+//   (the position among ranks with the same node), so they agree with /dev/shm use.
 //   Address published for peers: SAKER_COMM_ADDR, else the host name's address.
 //   Tuning (override Options): SAKER_COMM_TIMEOUT (seconds), SAKER_COMM_TRANSPORT
 //   (auto|ring|shm|hierarchical), SAKER_COMM_CHUNK_BYTES, SAKER_FUSION_BYTES,
 //   SAKER_FUSION_CYCLE_MS, SAKER_STALL_WARNING_S, SAKER_STALL_ABORT_S,
 //   SAKER_TIMELINE (Chrome trace path; "%r" is replaced by the rank, otherwise only
 //   rank 0 writes).
+//
+// Linking inside Saker: launcher/libsaker_comm_core.la common/libsaker_common.la
+// $(COMM_LIBS) $(SLURM_LDFLAGS) $(SLURM_LIBS); outside: -lsaker_comm.
 #pragma once
 
 #include <chrono>
