@@ -15,6 +15,7 @@ extern "C" {
 #include "common/log.hpp"
 #include "plugins/c_boundary.hpp"
 #include "plugins/spank/config.hpp"
+#include "plugins/spank/residency_hook.hpp"
 #include "policies/dataset_ref.hpp"
 
 // SPANK_PLUGIN defines const arrays; in C++ they would get internal linkage and
@@ -102,8 +103,15 @@ extern "C" int slurm_spank_init_post_opt(spank_t sp, int /*argc*/, char** /*argv
       case S_CTX_ALLOCATOR:
       case S_CTX_LOCAL:
         return record_datasets(sp);
+      case S_CTX_REMOTE:
+        saker::spank::residency_prepare(sp, g_state.config.policy_path, g_state.datasets);
+        return 0;
       default:
         return 0;
     }
   });
+}
+
+extern "C" int slurm_spank_task_init(spank_t sp, int /*argc*/, char** /*argv*/) {
+  return saker::plugin::guarded("slurm_spank_task_init", -1, [&] { return saker::spank::residency_enforce(sp); });
 }
