@@ -161,16 +161,17 @@ Decision Policy::evaluate(const JobRequest& q) const {
     if (mode == Mode::enforce) denials.push_back(text);
     else out.would_deny.push_back("would deny: " + text);
   };
+  const auto ignore_unknown = [](UnknownDatasets, const std::string&) {};
   const auto unknown = [&](UnknownDatasets rule, const std::string& text) {
     if (rule == UnknownDatasets::deny) denials.push_back(text);
     else if (rule == UnknownDatasets::audit) out.would_deny.push_back("would deny: " + text);
     else out.reasons.push_back(text + "; allowed by unknown_datasets: allow");
   };
-  const std::vector<Known> known = resolve(p, q.datasets, unknown);
+  const std::vector<Known> known = q.placement_only ? resolve(p, q.datasets, ignore_unknown) : resolve(p, q.datasets, unknown);
 
   // Access: restricted classifications need a grant to the user, the account or a group.
   for (const auto& k : known)
-    if (p.classifications[k.dataset->classification].requires_grant && !granted(p, q, *k.dataset))
+    if (!q.placement_only && p.classifications[k.dataset->classification].requires_grant && !granted(p, q, *k.dataset))
       violate(p.access, "user " + (q.user.empty() ? std::to_string(q.uid) : q.user) + " (account " +
                             (q.account.empty() ? "none" : q.account) + ") has no grant for " +
                             p.classifications[k.dataset->classification].name + " dataset " + k.label +

@@ -53,6 +53,9 @@ struct JobRequest {
   std::uint32_t ntasks = 0;         // 0: not given
   std::uint32_t nodes = 0;          // 0: not given
   std::uint32_t job_id = 0;         // 0: not known yet (job_submit)
+  // job_modify: re-check only where the job may run (residency, GPU placement, locality);
+  // access grants were decided at submission, and an update carries no user/account.
+  bool placement_only = false;
 };
 
 enum class DecisionKind { allow, modify, deny };

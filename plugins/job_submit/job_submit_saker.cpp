@@ -4,6 +4,7 @@
 // slurmctld (which would take the controller down for every user).
 #include "config.h"
 
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -69,6 +70,7 @@ int decide(job_desc_msg_t* job, uint32_t uid, char** err_msg, const char* event)
   policy::JobRequest q;
   try {
     q = saker::job_submit::request_from(*job, uid);
+    q.placement_only = std::string(event) == "modify";
   } catch (const saker::Error& e) {  // a malformed dataset list: refuse, say why
     tell_user(err_msg, e.what());
     entry.uid = uid;
@@ -159,12 +161,16 @@ extern "C" int job_modify(job_desc_msg_t* job_desc, struct job_record* /*job_ptr
 #endif
   return saker::plugin::guarded("job_modify", static_cast<int>(ESLURM_ACCESS_DENIED), [&] {
     if (!g_service) return SLURM_SUCCESS;
+    // scontrol update sends the id as text (job_id_str, e.g. "12", "12_3", "12+0").
+    uint32_t job_id = job_desc->job_id;
+    if ((job_id == NO_VAL || job_id == 0) && job_desc->job_id_str != nullptr)
+      job_id = static_cast<uint32_t>(std::strtoul(job_desc->job_id_str, nullptr, 10));
     std::vector<policy::DatasetRef> datasets;
-    const bool known = g_service->datasets_of(job_desc->job_id, datasets);
+    const bool known = g_service->datasets_of(job_id, datasets);
     if (job_desc->comment != nullptr && !datasets.empty()) mark_comment(job_desc, datasets);
     if (job_desc->partition == nullptr && job_desc->features == nullptr) return SLURM_SUCCESS;
     if (!known) {
-      saker::log::info("job_submit/saker: update of job " + std::to_string(job_desc->job_id) +
+      saker::log::info("job_submit/saker: update of job " + std::to_string(job_id) +
                        " refused: its datasets are not indexed yet; retry in a few seconds");
       return static_cast<int>(ESLURM_ACCESS_DENIED);
     }
@@ -187,7 +193,7 @@ extern "C" int job_modify(job_desc_msg_t* job_desc, struct job_record* /*job_ptr
     job_desc->spank_job_env = saved_env;
     job_desc->spank_job_env_size = saved_size;
     if (rc != SLURM_SUCCESS)
-      saker::log::error("job_submit/saker: update of job " + std::to_string(job_desc->job_id) + " refused");
+      saker::log::error("job_submit/saker: update of job " + std::to_string(job_id) + " refused");
     return rc;
   });
 }

@@ -83,7 +83,16 @@ bool Service::datasets_of(std::uint32_t job_id, std::vector<policy::DatasetRef>&
     }
   }
   out.clear();
-  return indexed_once_.load() && unindexed_.load() == 0;
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return indexed_once_.load() && unindexed_.empty();
+}
+
+void Service::submitted_with_datasets() {
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    unindexed_.push_back(std::chrono::steady_clock::now());
+  }
+  wake();
 }
 
 void Service::poll_policy() {
@@ -118,8 +127,12 @@ void Service::poll_policy() {
 // Learns the ids of jobs that declared datasets from slurmctld itself (this thread
 // holds none of slurmctld's locks, so the RPC is served normally).
 void Service::index_jobs() {
-  const int pending = unindexed_.load();
-  if (indexed_once_.load() && pending == 0) return;
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    const auto expired = std::chrono::steady_clock::now() - std::chrono::seconds(10);
+    while (!unindexed_.empty() && unindexed_.front() < expired) unindexed_.pop_front();
+    if (indexed_once_.load() && unindexed_.empty()) return;
+  }
   job_info_msg_t* msg = nullptr;
   if (slurm_load_jobs(0, &msg, SHOW_ALL) != SLURM_SUCCESS || msg == nullptr) return;
   std::unordered_map<std::uint32_t, std::vector<policy::DatasetRef>> found;
@@ -138,9 +151,11 @@ void Service::index_jobs() {
   slurm_free_job_info_msg(msg);
   {
     const std::lock_guard<std::mutex> lock(mutex_);
+    std::size_t fresh = 0;
+    for (const auto& [id, _] : found) fresh += job_datasets_.count(id) == 0 ? 1 : 0;
+    for (; fresh > 0 && !unindexed_.empty(); --fresh) unindexed_.pop_front();
     job_datasets_ = std::move(found);
   }
-  unindexed_.fetch_sub(pending);
   indexed_once_.store(true);
 }
 

@@ -13,6 +13,8 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <deque>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -42,7 +44,7 @@ class Service {
   // job_modify support: the datasets of an existing job. Returns false when the answer
   // is not known yet (a job submitted in the last moments, before it was indexed).
   bool datasets_of(std::uint32_t job_id, std::vector<policy::DatasetRef>& out) const;
-  void submitted_with_datasets() { unindexed_.fetch_add(1); wake(); }
+  void submitted_with_datasets();
 
  private:
   void run();
@@ -59,7 +61,9 @@ class Service {
   struct FileId { long long mtime_ns = 0, size = -1, inode = 0; bool operator==(const FileId&) const = default; };
   FileId loaded_;
   std::unordered_map<std::uint32_t, std::vector<policy::DatasetRef>> job_datasets_;
-  std::atomic<int> unindexed_{0};
+  // Times of accepted submissions with datasets whose job is not indexed yet; one is
+  // retired per newly indexed job, and after 10 s (slurmctld refused the job after us).
+  std::deque<std::chrono::steady_clock::time_point> unindexed_;
   std::atomic<bool> indexed_once_{false};
   std::condition_variable cv_;
   std::mutex wake_mutex_;

@@ -236,3 +236,15 @@ TEST_CASE("encryption is required for chosen classifications", "[policy][checkpo
   CHECK_FALSE(p->encryption_required(parse_dataset_list("imagenet,telemetry")));
   CHECK(p->encryption_required(parse_dataset_list("genomes")));  // unknown: fail closed
 }
+
+TEST_CASE("placement-only re-checks (job_modify) skip access but keep residency", "[policy][engine]") {
+  const auto p = site();
+  auto q = job("patients@v3", "cpu-ae", "");
+  q.user = "root";
+  q.placement_only = true;
+  CHECK(p->evaluate(q).kind != DecisionKind::deny);
+  q.partition = "gpu-eu";
+  const auto d = p->evaluate(q);
+  CHECK(d.kind == DecisionKind::deny);
+  CHECK(has(d.reasons, "is resident in AE; partition gpu-eu is in DE"));
+}
