@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -125,38 +126,90 @@ void Service::poll_policy() {
 }
 
 // Learns the ids of jobs that declared datasets from slurmctld itself (this thread
-// holds none of slurmctld's locks, so the RPC is served normally).
+// holds none of slurmctld's locks, so the RPCs are served normally). Cheap in steady
+// state: job ids are handed out in sequence, so after one full load at start only the
+// new ids are asked for, one small RPC each; a full load is the fallback when an
+// expected job does not show up within 10 s (ids skipped, job refused after us).
 void Service::index_jobs() {
+  bool stale = false;
   {
     const std::lock_guard<std::mutex> lock(mutex_);
-    const auto expired = std::chrono::steady_clock::now() - std::chrono::seconds(10);
-    while (!unindexed_.empty() && unindexed_.front() < expired) unindexed_.pop_front();
     if (indexed_once_.load() && unindexed_.empty()) return;
+    stale = !unindexed_.empty() && unindexed_.front() < std::chrono::steady_clock::now() - std::chrono::seconds(10);
   }
+  if (!indexed_once_.load() || stale) {
+    if (index_all()) {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      unindexed_.clear();
+      indexed_once_.store(true);
+    }
+    return;
+  }
+  for (int misses = 0; misses < 3;) {
+    bool exists = false;
+    if (!index_next(max_job_id_ + 1 + static_cast<std::uint32_t>(misses), exists)) return;
+    if (exists) {
+      max_job_id_ += 1 + static_cast<std::uint32_t>(misses);
+      misses = 0;
+      const std::lock_guard<std::mutex> lock(mutex_);
+      if (unindexed_.empty()) return;
+    } else {
+      ++misses;
+    }
+  }
+}
+
+namespace {
+
+bool marked_datasets(const slurm_job_info_t& job, std::vector<policy::DatasetRef>& out) {
+  if (job.comment == nullptr) return false;
+  const char* at = std::strstr(job.comment, kCommentMarker);
+  if (at == nullptr) return false;
+  std::string list = at + std::strlen(kCommentMarker);
+  list = list.substr(0, list.find(' '));
+  try {
+    out = policy::parse_dataset_list(list);
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+bool Service::index_all() {
   job_info_msg_t* msg = nullptr;
-  if (slurm_load_jobs(0, &msg, SHOW_ALL) != SLURM_SUCCESS || msg == nullptr) return;
+  if (slurm_load_jobs(0, &msg, SHOW_ALL) != SLURM_SUCCESS || msg == nullptr) return false;
   std::unordered_map<std::uint32_t, std::vector<policy::DatasetRef>> found;
   for (std::uint32_t i = 0; i < msg->record_count; ++i) {
     const slurm_job_info_t& job = msg->job_array[i];
-    if (job.comment == nullptr) continue;
-    const char* at = std::strstr(job.comment, kCommentMarker);
-    if (at == nullptr) continue;
-    std::string list = at + std::strlen(kCommentMarker);
-    list = list.substr(0, list.find(' '));
-    try {
-      found[job.job_id] = policy::parse_dataset_list(list);
-    } catch (const std::exception&) {
-    }
+    max_job_id_ = std::max(max_job_id_, job.job_id);
+    std::vector<policy::DatasetRef> datasets;
+    if (marked_datasets(job, datasets)) found[job.job_id] = std::move(datasets);
   }
   slurm_free_job_info_msg(msg);
-  {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  job_datasets_ = std::move(found);
+  return true;
+}
+
+// Asks for one job id. Returns false on a transport error (try again later); `exists`
+// tells whether the job is there.
+bool Service::index_next(std::uint32_t job_id, bool& exists) {
+  job_info_msg_t* msg = nullptr;
+  exists = false;
+  if (slurm_load_job(&msg, job_id, SHOW_ALL) != SLURM_SUCCESS || msg == nullptr)
+    return slurm_get_errno() == ESLURM_INVALID_JOB_ID;
+  std::vector<policy::DatasetRef> datasets;
+  const bool marked = msg->record_count > 0 && marked_datasets(msg->job_array[0], datasets);
+  exists = msg->record_count > 0;
+  slurm_free_job_info_msg(msg);
+  if (marked) {
     const std::lock_guard<std::mutex> lock(mutex_);
-    std::size_t fresh = 0;
-    for (const auto& [id, _] : found) fresh += job_datasets_.count(id) == 0 ? 1 : 0;
-    for (; fresh > 0 && !unindexed_.empty(); --fresh) unindexed_.pop_front();
-    job_datasets_ = std::move(found);
+    job_datasets_[job_id] = std::move(datasets);
+    if (!unindexed_.empty()) unindexed_.pop_front();
   }
-  indexed_once_.store(true);
+  return true;
 }
 
 void Service::run() {

@@ -51,6 +51,8 @@ class Service {
   void wake();
   void poll_policy();
   void index_jobs();
+  bool index_all();
+  bool index_next(std::uint32_t job_id, bool& exists);
 
   Config config_;
   std::vector<std::string> config_errors_;
@@ -65,6 +67,7 @@ class Service {
   // retired per newly indexed job, and after 10 s (slurmctld refused the job after us).
   std::deque<std::chrono::steady_clock::time_point> unindexed_;
   std::atomic<bool> indexed_once_{false};
+  std::uint32_t max_job_id_ = 0;  // highest job id seen by the indexer (its thread only)
   std::condition_variable cv_;
   std::mutex wake_mutex_;
   bool stop_ = false;
