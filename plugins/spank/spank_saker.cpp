@@ -19,6 +19,7 @@ extern "C" {
 #include "plugins/c_boundary.hpp"
 #include "plugins/spank/affinity_step.hpp"
 #include "plugins/spank/config.hpp"
+#include "plugins/spank/residency_hook.hpp"
 #include "policies/dataset_ref.hpp"
 
 // SPANK_PLUGIN defines const arrays; in C++ they would get internal linkage and
@@ -107,6 +108,7 @@ extern "C" int slurm_spank_init_post_opt(spank_t sp, int /*argc*/, char** /*argv
       case S_CTX_LOCAL:
         return record_datasets(sp);
       case S_CTX_REMOTE:
+        saker::spank::residency_prepare(sp, g_state.config.policy_path, g_state.datasets);
         return saker::spank::affinity_prepare_step(sp, g_state.config);
       default:
         return 0;
@@ -114,8 +116,11 @@ extern "C" int slurm_spank_init_post_opt(spank_t sp, int /*argc*/, char** /*argv
   });
 }
 
-// Remote context, in each task just before exec: apply its affinity plan.
+// Remote context, in each task just before exec: first the residency re-check (a
+// refusal fails the task, closed), then the task's affinity plan.
 extern "C" int slurm_spank_task_init(spank_t sp, int /*argc*/, char** /*argv*/) {
-  return saker::plugin::guarded("slurm_spank_task_init", -1,
-                                [&] { return saker::spank::affinity_task_init(sp, g_state.config); });
+  return saker::plugin::guarded("slurm_spank_task_init", -1, [&] {
+    if (const int rc = saker::spank::residency_enforce(sp); rc != 0) return rc;
+    return saker::spank::affinity_task_init(sp, g_state.config);
+  });
 }

@@ -1,0 +1,66 @@
+#include "plugins/job_submit/config.hpp"
+
+#include <sstream>
+
+namespace saker::job_submit {
+
+std::string config_path(const char* slurm_conf_env) {
+  std::string dir = "/etc/slurm";
+  if (slurm_conf_env != nullptr && *slurm_conf_env != '\0') {
+    const std::string conf = slurm_conf_env;
+    const auto slash = conf.rfind('/');
+    dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : conf.substr(0, slash));
+  }
+  return dir + (dir.back() == '/' ? "" : "/") + "job_submit_saker.conf";
+}
+
+Config parse_config(const std::string& text, const std::string& path, std::vector<std::string>& errors) {
+  Config c;
+  std::istringstream in(text);
+  std::string line;
+  int n = 0;
+  const auto trim = [](std::string s) {
+    const auto b = s.find_first_not_of(" \t\r");
+    const auto e = s.find_last_not_of(" \t\r");
+    return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+  };
+  while (std::getline(in, line)) {
+    ++n;
+    const auto hash = line.find('#');
+    if (hash != std::string::npos) line.erase(hash);
+    line = trim(line);
+    if (line.empty()) continue;
+    const std::string where = path + ":" + std::to_string(n) + ": ";
+    const auto eq = line.find('=');
+    if (eq == std::string::npos) {
+      errors.push_back(where + "'" + line + "' is not key=value; accepted keys: policy, audit, reload_interval");
+      continue;
+    }
+    const std::string key = trim(line.substr(0, eq));
+    const std::string value = trim(line.substr(eq + 1));
+    if (key == "policy" || key == "audit") {
+      if (value.empty() || value[0] != '/') {
+        errors.push_back(where + key + " needs an absolute path, got '" + value + "'");
+        continue;
+      }
+      (key == "policy" ? c.policy : c.audit) = value;
+    } else if (key == "reload_interval") {
+      if (value.empty() || value.size() > 5 || value.find_first_not_of("0123456789") != std::string::npos ||
+          std::stoul(value) == 0 || std::stoul(value) > 3600) {
+        errors.push_back(where + "reload_interval needs whole seconds between 1 and 3600, got '" + value + "'");
+        continue;
+      }
+      c.reload_interval_ms = static_cast<unsigned>(std::stoul(value)) * 1000;
+    } else {
+      errors.push_back(where + "unknown key '" + key + "'; accepted keys: policy, audit, reload_interval");
+    }
+  }
+  if (c.policy.empty() && errors.empty()) errors.push_back(path + ": no policy=/path/to/policy.yaml line");
+  if (c.audit.empty()) {
+    const auto slash = path.rfind('/');
+    c.audit = (slash == std::string::npos ? std::string(".") : path.substr(0, slash)) + "/saker-audit.log";
+  }
+  return c;
+}
+
+}  // namespace saker::job_submit

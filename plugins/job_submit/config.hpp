@@ -1,0 +1,24 @@
+// job_submit_saker.conf: the plugin's configuration, found beside slurm.conf (the
+// directory of slurmctld's SLURM_CONF, else /etc/slurm). One key=value per line,
+// '#' comments. Unknown keys are errors: a typo must not silently drop a rule.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace saker::job_submit {
+
+struct Config {
+  std::string policy;           // policy=/abs/path.yaml (required)
+  std::string audit;            // audit=/abs/path.log (default: saker-audit.log beside the conf)
+  unsigned reload_interval_ms = 1000;  // reload_interval=SECONDS (how often the policy file is stat()ed)
+};
+
+// The path of job_submit_saker.conf for a given SLURM_CONF value (may be null).
+std::string config_path(const char* slurm_conf_env);
+
+// Parses the text; problems (with line numbers) are appended to `errors`, which makes
+// the configuration unusable (no policy: jobs that declare datasets are refused).
+Config parse_config(const std::string& text, const std::string& path, std::vector<std::string>& errors);
+
+}  // namespace saker::job_submit

@@ -1,0 +1,93 @@
+#include "plugins/job_submit/request.hpp"
+
+#include <grp.h>
+#include <pwd.h>
+
+#include <chrono>
+#include <cstring>
+#include <unordered_map>
+
+namespace saker::job_submit {
+
+std::uint32_t gpus_in_tres(const char* tres) {
+  if (tres == nullptr) return 0;
+  std::uint32_t total = 0;
+  std::string s = tres;
+  std::size_t start = 0;
+  while (start < s.size()) {
+    std::size_t end = s.find_first_of(",;", start);
+    if (end == std::string::npos) end = s.size();
+    std::string item = s.substr(start, end - start);
+    start = end + 1;
+    for (const char* prefix : {"gres:", "gres/"})
+      if (item.rfind(prefix, 0) == 0) item.erase(0, std::strlen(prefix));
+    if (item.rfind("gpu", 0) != 0 || (item.size() > 3 && item[3] != ':' && item[3] != '=')) continue;
+    const std::size_t sep = item.find_last_of(":=");
+    if (sep == std::string::npos) { total += 1; continue; }  // "gpu" alone means one
+    const std::string count = item.substr(sep + 1);
+    if (!count.empty() && count.find_first_not_of("0123456789") == std::string::npos && count.size() < 9)
+      total += static_cast<std::uint32_t>(std::stoul(count));
+    else if (sep == 3)  // "gpu:a100" : a type and no count
+      total += 1;
+  }
+  return total;
+}
+
+const Identity& identity_of(std::uint32_t uid) {
+  struct Cached {
+    Identity id;
+    std::chrono::steady_clock::time_point at;
+  };
+  static std::unordered_map<std::uint32_t, Cached> cache;
+  const auto now = std::chrono::steady_clock::now();
+  auto it = cache.find(uid);
+  if (it != cache.end() && now - it->second.at < std::chrono::minutes(5)) return it->second.id;
+  Identity id;
+  std::vector<char> buf(16384);
+  passwd pw{};
+  passwd* found = nullptr;
+  if (getpwuid_r(uid, &pw, buf.data(), buf.size(), &found) == 0 && found != nullptr) {
+    id.user = pw.pw_name;
+    int n = 64;
+    std::vector<gid_t> gids(static_cast<std::size_t>(n));
+    if (getgrouplist(pw.pw_name, pw.pw_gid, gids.data(), &n) < 0) {
+      gids.resize(static_cast<std::size_t>(n));
+      getgrouplist(pw.pw_name, pw.pw_gid, gids.data(), &n);
+    }
+    gids.resize(static_cast<std::size_t>(std::max(n, 0)));
+    std::vector<char> gbuf(16384);
+    for (gid_t g : gids) {
+      group gr{};
+      group* gfound = nullptr;
+      if (getgrgid_r(g, &gr, gbuf.data(), gbuf.size(), &gfound) == 0 && gfound != nullptr) id.groups.emplace_back(gr.gr_name);
+    }
+  }
+  if (cache.size() > 100000) cache.clear();
+  auto& slot = cache[uid];
+  slot = {std::move(id), now};
+  return slot.id;
+}
+
+policy::JobRequest request_from(const job_desc_msg_t& job, std::uint32_t submit_uid) {
+  policy::JobRequest q;
+  q.uid = (job.user_id != NO_VAL && job.user_id != 0) ? job.user_id : submit_uid;
+  const Identity& id = identity_of(q.uid);
+  q.user = id.user;
+  q.groups = id.groups;
+  if (job.account != nullptr) q.account = job.account;
+  if (job.partition != nullptr) q.partition = job.partition;
+  if (job.features != nullptr) q.features = job.features;
+  q.datasets = policy::datasets_from_env(job.spank_job_env, job.spank_job_env_size);
+  q.ntasks = job.num_tasks != NO_VAL ? job.num_tasks : 0;
+  q.nodes = job.min_nodes != NO_VAL ? job.min_nodes : 0;
+  q.gpus_per_task = gpus_in_tres(job.tres_per_task);
+  const std::uint32_t per_job = gpus_in_tres(job.tres_per_job);
+  const std::uint32_t per_node = gpus_in_tres(job.tres_per_node);
+  q.gpus = per_job;
+  if (q.gpus == 0 && per_node > 0) q.gpus = per_node * std::max<std::uint32_t>(q.nodes, 1);
+  if (q.gpus == 0 && q.gpus_per_task > 0) q.gpus = q.gpus_per_task * std::max<std::uint32_t>(q.ntasks, 1);
+  if (job.job_id != NO_VAL) q.job_id = job.job_id;
+  return q;
+}
+
+}  // namespace saker::job_submit
