@@ -18,6 +18,9 @@ struct H5 {
   ~H5() { if (id >= 0) close(id); }
 };
 
+// HDF5 prints its own error stack to stderr by default; our messages say it better.
+void quiet_hdf5() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+
 Error h5_error(const std::string& path, const std::string& what, const std::string& fix) {
   return Error(explain("HDF5 file " + path + ": " + what, "the HDF5 library reported an error", fix));
 }
@@ -48,6 +51,7 @@ Dataset make_synthetic(const SyntheticSpec& spec) {
 }
 
 void write_dataset(const Dataset& d, const std::string& path) {
+  quiet_hdf5();
   const std::string tmp = path + ".tmp";
   {
     H5 file{H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose};
@@ -74,6 +78,7 @@ void write_dataset(const Dataset& d, const std::string& path) {
 }
 
 Dataset read_dataset(const std::string& path) {
+  quiet_hdf5();
   H5 file{H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose};
   if (file.id < 0) throw h5_error(path, "cannot open", "create it with `saker-train make-data --out " + path + "`");
   Dataset d;
