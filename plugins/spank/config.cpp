@@ -3,6 +3,26 @@
 #include "common/error.hpp"
 
 namespace saker::spank {
+namespace {
+
+constexpr const char* kAcceptedKeys = "accepted: policy=FILE, gpu-affinity=auto|none|explain, topology=FILE, strict";
+
+std::string need_value(const std::string& arg, const std::string& key, const std::string& value,
+                       const std::string& example) {
+  if (value.empty())
+    throw Error(explain("plugstack.conf: bad argument '" + arg + "'", key + " needs a value", "write " + example));
+  return value;
+}
+
+}  // namespace
+
+AffinityMode parse_affinity_mode(const std::string& text, const std::string& where) {
+  if (text == "auto") return AffinityMode::automatic;
+  if (text == "none") return AffinityMode::none;
+  if (text == "explain") return AffinityMode::explain;
+  throw Error(explain(where + ": unknown mode '" + text + "'", "the modes are auto, none and explain",
+                      "write auto (bind), none (leave the task alone) or explain (bind and print the plan)"));
+}
 
 Config parse_config(const std::vector<std::string>& args) {
   Config config;
@@ -15,9 +35,19 @@ Config parse_config(const std::vector<std::string>& args) {
         throw Error(explain("plugstack.conf: bad argument '" + arg + "'", "policy needs a file",
                             "write policy=/etc/slurm/saker-policy.yaml"));
       config.policy_path = value;
+    } else if (key == "gpu-affinity") {
+      config.affinity = parse_affinity_mode(need_value(arg, key, value, "gpu-affinity=auto"),
+                                            "plugstack.conf: gpu-affinity");
+    } else if (key == "topology") {
+      config.topology_path = need_value(arg, key, value, "topology=/var/spool/slurmd/saker-topology.xml");
+    } else if (key == "strict") {
+      if (eq != std::string::npos)
+        throw Error(explain("plugstack.conf: bad argument '" + arg + "'", "strict is a flag and takes no value",
+                            "write strict, or leave it out"));
+      config.strict = true;
     } else {
-      throw Error(explain("plugstack.conf: unknown argument '" + arg + "' for spank_saker.so",
-                          "accepted keys: policy=FILE", "fix or remove the argument"));
+      throw Error(explain("plugstack.conf: unknown argument '" + arg + "' for spank_saker.so", kAcceptedKeys,
+                          "fix or remove the argument"));
     }
   }
   return config;

@@ -7,12 +7,25 @@
 
 namespace saker::spank {
 
+// What the remote context does with GPU/CPU/memory/NIC affinity (--gpu-affinity).
+enum class AffinityMode {
+  automatic,  // plan and apply
+  none,       // leave the task as Slurm launched it
+  explain,    // plan, apply, and print the plan on the task's stderr
+};
+
 struct Config {
   std::string policy_path;  // policy=FILE: the site policy, for the launch-time residency check
+  AffinityMode affinity = AffinityMode::automatic;  // gpu-affinity=MODE: default when the user gives none
+  std::string topology_path;  // topology=FILE: hwloc XML (a test topology, or where to cache the live one)
+  bool strict = false;        // strict: a topology or plan failure fails the task instead of running unbound
 };
 
 // Parses the plugstack arguments. Throws saker::Error naming the bad argument and
 // listing the accepted keys.
 Config parse_config(const std::vector<std::string>& args);
+
+// "auto" | "none" | "explain"; throws saker::Error naming `where` otherwise.
+AffinityMode parse_affinity_mode(const std::string& text, const std::string& where);
 
 }  // namespace saker::spank

@@ -4,6 +4,9 @@
 // Allocator/local context (sbatch, salloc, srun on the login node): the --dataset
 // option is parsed and recorded in the job's control environment, where slurmctld's
 // job_submit/saker reads it.
+//
+// Remote context (slurmstepd): the node's topology is loaded once per step and each
+// task is bound to its GPU, cores, NUMA node and NICs (affinity_step.hpp).
 #include <string>
 #include <vector>
 
@@ -14,6 +17,7 @@ extern "C" {
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "plugins/c_boundary.hpp"
+#include "plugins/spank/affinity_step.hpp"
 #include "plugins/spank/config.hpp"
 #include "policies/dataset_ref.hpp"
 
@@ -92,7 +96,7 @@ extern "C" int slurm_spank_init(spank_t sp, int argc, char** argv) {
       slurm_error("saker: could not register the --dataset option");
       return -1;
     }
-    return 0;
+    return saker::spank::affinity_register_option(sp);
   });
 }
 
@@ -102,8 +106,16 @@ extern "C" int slurm_spank_init_post_opt(spank_t sp, int /*argc*/, char** /*argv
       case S_CTX_ALLOCATOR:
       case S_CTX_LOCAL:
         return record_datasets(sp);
+      case S_CTX_REMOTE:
+        return saker::spank::affinity_prepare_step(sp, g_state.config);
       default:
         return 0;
     }
   });
+}
+
+// Remote context, in each task just before exec: apply its affinity plan.
+extern "C" int slurm_spank_task_init(spank_t sp, int /*argc*/, char** /*argv*/) {
+  return saker::plugin::guarded("slurm_spank_task_init", -1,
+                                [&] { return saker::spank::affinity_task_init(sp, g_state.config); });
 }

@@ -17,7 +17,7 @@ assert_contains "$(cat "$ctld_log")" "saker: job_submit/saker loaded" "slurmctld
 assert_rc 1 "a bad --dataset value is refused by sbatch" -- sbatch --dataset='pat/ients' --wrap true
 assert_contains "$IT_OUT" "bad dataset 'pat/ients'" "the refusal names the value"
 assert_contains "$IT_OUT" "NAME[@VERSION]" "the refusal shows the accepted syntax"
-assert_rc 1 "a duplicate dataset is refused by srun" -- srun --dataset=a,a true
+assert_rc 255 "a duplicate dataset is refused by srun (srun exits 255 when a SPANK option is refused)" -- srun --dataset=a,a true
 assert_contains "$IT_OUT" "'a' is listed twice" "srun's refusal says what is wrong"
 
 out_file="$IT_PREFIX/job-%j.out"

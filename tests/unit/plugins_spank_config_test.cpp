@@ -15,3 +15,27 @@ TEST_CASE("spank plugstack arguments: unknown keys and empty values are errors")
   CHECK_THROWS_WITH(parse_config({"polcy=/x"}), Catch::Contains("unknown argument 'polcy=/x'"));
   CHECK_THROWS_WITH(parse_config({"policy="}), Catch::Contains("policy needs a file"));
 }
+
+TEST_CASE("spank plugstack arguments: affinity mode, topology file and strict") {
+  using saker::spank::AffinityMode;
+  const auto defaults = parse_config({});
+  CHECK(defaults.affinity == AffinityMode::automatic);
+  CHECK(defaults.topology_path.empty());
+  CHECK_FALSE(defaults.strict);
+  const auto config = parse_config({"gpu-affinity=explain", "topology=/var/spool/topo.xml", "strict", "policy=/p.yaml"});
+  CHECK(config.affinity == AffinityMode::explain);
+  CHECK(config.topology_path == "/var/spool/topo.xml");
+  CHECK(config.strict);
+  CHECK(config.policy_path == "/p.yaml");
+  CHECK(parse_config({"gpu-affinity=none"}).affinity == AffinityMode::none);
+}
+
+TEST_CASE("spank plugstack arguments: bad affinity arguments are errors") {
+  CHECK_THROWS_WITH(parse_config({"gpu-affinity=closest"}), Catch::Contains("unknown mode 'closest'"));
+  CHECK_THROWS_WITH(parse_config({"gpu-affinity="}), Catch::Contains("gpu-affinity needs a value"));
+  CHECK_THROWS_WITH(parse_config({"topology="}), Catch::Contains("topology needs a value"));
+  CHECK_THROWS_WITH(parse_config({"strict=yes"}), Catch::Contains("strict is a flag"));
+  CHECK_THROWS_WITH(parse_config({"topolgy=/x"}), Catch::Contains("accepted: policy=FILE"));
+  CHECK_THROWS_WITH(saker::spank::parse_affinity_mode("bind", "--gpu-affinity"),
+                    Catch::Contains("--gpu-affinity: unknown mode 'bind'"));
+}

@@ -1,0 +1,191 @@
+#include "plugins/spank/affinity_step.hpp"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <optional>
+#include <string>
+
+extern "C" {
+#include <slurm/slurm.h>
+}
+
+#include "common/error.hpp"
+#include "common/log.hpp"
+#include "plugins/affinity/binding.hpp"
+#include "plugins/affinity/plan_table.hpp"
+#include "plugins/affinity/planner.hpp"
+#include "plugins/affinity/topology.hpp"
+
+namespace saker::spank {
+namespace {
+
+namespace aff = saker::affinity;
+
+struct StepState {
+  std::optional<AffinityMode> option;  // --gpu-affinity, when the user gave it
+  std::optional<aff::Machine> machine;
+  std::string load_error;              // why machine is empty, if it was needed
+  // The step's GPUs as slurmstepd sees them before the tasks fork. A task's own copy
+  // may show only its GPU (--gpus-per-task binds per task), but the plan needs them all.
+  std::string step_gpus, visible;
+};
+StepState g_step;
+
+int on_gpu_affinity_option(int /*val*/, const char* optarg, int /*remote*/) {
+  try {
+    g_step.option = parse_affinity_mode(optarg == nullptr ? "" : optarg, "--gpu-affinity");
+    return 0;
+  } catch (const std::exception& e) {
+    slurm_error("saker: %s", e.what());
+    return -1;
+  }
+}
+
+struct spank_option g_gpu_affinity_option = {
+    const_cast<char*>("gpu-affinity"), const_cast<char*>("auto|none|explain"),
+    const_cast<char*>("Bind each task to its own GPU, the cores and NUMA node near it and the nearest NIC, "
+                      "from the node's topology (auto, the default); leave tasks alone (none); or bind and "
+                      "print the plan on stderr (explain) (Saker)."),
+    1, 0, on_gpu_affinity_option};
+
+AffinityMode mode(const Config& config) { return g_step.option.value_or(config.affinity); }
+
+// Batch scripts, the extern step and salloc's interactive shell are not ranks.
+bool is_rank_step(spank_t sp) {
+  uint32_t step = 0;
+  if (spank_get_item(sp, S_JOB_STEPID, &step) != ESPANK_SUCCESS) return false;
+  return step != SLURM_BATCH_SCRIPT && step != SLURM_EXTERN_CONT && step != SLURM_INTERACTIVE_STEP;
+}
+
+// slurmstepd carries Slurm's parsed configuration; read it when it is exported, and do
+// without it otherwise (the plugin must load in any daemon).
+const slurm_conf_t* daemon_conf() { return static_cast<const slurm_conf_t*>(::dlsym(RTLD_DEFAULT, "slurm_conf")); }
+
+std::string default_cache_path() {
+  const slurm_conf_t* conf = daemon_conf();
+  if (conf == nullptr || conf->slurmd_spooldir == nullptr) return {};
+  std::string dir = conf->slurmd_spooldir;
+  // %n/%h: with one slurmd per host (the usual case) the node is this host. With
+  // several slurmd per host the directory will not exist and no cache is kept.
+  char host[256] = {0};
+  ::gethostname(host, sizeof host - 1);
+  std::string shortname(host);
+  shortname = shortname.substr(0, shortname.find('.'));
+  for (const char* token : {"%n", "%h"})
+    for (auto pos = dir.find(token); pos != std::string::npos; pos = dir.find(token)) dir.replace(pos, 2, shortname);
+  if (::access(dir.c_str(), W_OK) != 0) return {};
+  return dir + "/saker-topology.xml";
+}
+
+// ConstrainDevices=yes renumbers CUDA_VISIBLE_DEVICES from 0 inside the step.
+aff::Renumbering renumbering() {
+  const slurm_conf_t* conf = daemon_conf();
+  if (conf == nullptr || conf->slurm_conf == nullptr) return aff::Renumbering::detect;
+  std::string path = conf->slurm_conf;
+  path = path.substr(0, path.rfind('/') + 1) + "cgroup.conf";
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    std::string squeezed;
+    for (char c : line)
+      if (c != ' ' && c != '\t') squeezed += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (squeezed.rfind("constraindevices=yes", 0) == 0) return aff::Renumbering::yes;
+  }
+  return aff::Renumbering::detect;
+}
+
+aff::Machine load_machine(const Config& config) {
+  if (!config.topology_path.empty()) {
+    if (::access(config.topology_path.c_str(), R_OK) == 0) return aff::load_xml_file(config.topology_path);
+    return aff::load_cached(config.topology_path);  // absent: discover and cache it there
+  }
+  const std::string cache = default_cache_path();
+  return cache.empty() ? aff::load_live() : aff::load_cached(cache);
+}
+
+std::string getenv_of(spank_t sp, const char* name) {
+  char buf[4096];
+  if (spank_getenv(sp, name, buf, sizeof buf) != ESPANK_SUCCESS) return {};
+  return buf;
+}
+
+// Availability fails safe: without `strict` the task runs as Slurm launched it.
+int fall_back(const Config& config, const std::string& why) {
+  const std::string line = "gpu-affinity: " + why + (config.strict ? "" : "; the task runs unbound");
+  std::fprintf(stderr, "saker: %s%s\n", config.strict ? "error: " : "warning: ", line.c_str());
+  std::fflush(stderr);
+  if (config.strict) {
+    log::error(line);
+    return -1;
+  }
+  log::warn(line);
+  return 0;
+}
+
+}  // namespace
+
+int affinity_register_option(spank_t sp) {
+  if (spank_option_register(sp, &g_gpu_affinity_option) != ESPANK_SUCCESS) {
+    slurm_error("saker: could not register the --gpu-affinity option");
+    return -1;
+  }
+  return 0;
+}
+
+int affinity_prepare_step(spank_t sp, const Config& config) {
+  if (mode(config) == AffinityMode::none || !is_rank_step(sp)) return 0;
+  g_step.step_gpus = getenv_of(sp, "SLURM_STEP_GPUS");
+  g_step.visible = getenv_of(sp, "CUDA_VISIBLE_DEVICES");
+  try {
+    g_step.machine = load_machine(config);
+  } catch (const std::exception& e) {
+    g_step.load_error = std::string("cannot load the node topology: ") + e.what();
+    log::warn(g_step.load_error);
+  }
+  return 0;
+}
+
+int affinity_task_init(spank_t sp, const Config& config) {
+  if (mode(config) == AffinityMode::none || !is_rank_step(sp)) return 0;
+  if (!g_step.machine) return fall_back(config, g_step.load_error);
+  const aff::Machine& machine = *g_step.machine;
+  int task = 0;
+  uint32_t local_tasks = 0;
+  if (spank_get_item(sp, S_TASK_ID, &task) != ESPANK_SUCCESS ||
+      spank_get_item(sp, S_JOB_LOCAL_TASK_COUNT, &local_tasks) != ESPANK_SUCCESS)
+    return fall_back(config, "Slurm did not tell the local task id and count");
+  aff::Request request;
+  aff::Plan plan;
+  try {
+    request.gpus = aff::step_gpus_from_env(g_step.step_gpus.c_str(), g_step.visible.c_str(), renumbering());
+    // The step's CPUs: slurmstepd's own affinity (task/affinity binds only the tasks).
+    request.allowed = aff::cpu_affinity(::getppid());
+    request.local_tasks = local_tasks;
+    plan = aff::make_plan(machine, request);
+  } catch (const std::exception& e) {
+    return fall_back(config, e.what());
+  }
+  const aff::RankPlan& mine = plan.ranks.at(static_cast<std::size_t>(task));
+  for (const auto& [key, value] : mine.env)
+    if (spank_setenv(sp, key.c_str(), value.c_str(), 1) != ESPANK_SUCCESS)
+      return fall_back(config, "cannot set " + key + " in the task's environment");
+  try {
+    aff::bind_cpus(mine.pus);
+    aff::bind_memory(machine.numas[mine.numa].os_index);
+  } catch (const std::exception& e) {
+    return fall_back(config, e.what());
+  }
+  if (mode(config) == AffinityMode::explain) {
+    std::string text = task == 0 ? aff::format_plan_table(machine, request, plan) : std::string();
+    text += "saker: rank " + std::to_string(task) + " bound to CPUs " + aff::format_index_list(mine.pus) +
+            ", NUMA node " + std::to_string(machine.numas[mine.numa].os_index) +
+            (mine.gpu ? ", GPU " + std::to_string(*mine.gpu) : std::string()) + "\n";
+    std::fputs(text.c_str(), stderr);
+    std::fflush(stderr);
+  }
+  return 0;
+}
+
+}  // namespace saker::spank
