@@ -13,6 +13,7 @@
 #include "common/error.hpp"
 #include "common/hostlist.hpp"
 #include "common/log.hpp"
+#include "launcher/run/node_probe.hpp"
 #include "launcher/run/process.hpp"
 #include "launcher/run/rank_env.hpp"
 #include "launcher/run/step.hpp"
@@ -58,6 +59,33 @@ Outcome classify(const StepResult& r, int preempt_signal, bool marker, bool time
   }
   *detail = r.detail;
   return timed_out ? Outcome::timed_out : Outcome::failed;
+}
+
+// After a failed attempt inside Slurm: if a node of the job is lost, a restart would fail
+// at once, so wait for slurmctld to requeue the job (it signals us) or for the node to
+// come back. Returns true when every node answers again.
+bool wait_out_lost_nodes(SignalWatcher& signals, const std::string& nodelist, double limit_s) {
+  std::vector<std::string> lost = unreachable_nodes(nodelist, 1000);
+  if (lost.empty()) return true;
+  std::string names;
+  for (const auto& n : lost) names += (names.empty() ? "" : ",") + n;
+  say("node(s) " + names + " lost (slurmd does not accept connections): not spending a restart on them; "
+      "waiting for Slurm to requeue the job onto healthy nodes");
+  const double until = wall_clock() + limit_s;
+  while (wall_clock() < until) {
+    const int sig = signals.wait(2000);
+    if (sig != 0 && sig != SIGCHLD) {
+      say(std::string("received SIG") + sigabbrev_np(sig) + " while node(s) " + names +
+          " are lost: Slurm is ending this run of the job (node failure); it resumes from the checkpoint if requeued");
+      return false;
+    }
+    if (unreachable_nodes(nodelist, 1000).empty()) {
+      say("node(s) " + names + " answer again");
+      return true;
+    }
+  }
+  say("node(s) " + names + " still lost after " + std::to_string(static_cast<int>(limit_s)) + " s");
+  return false;
 }
 
 }  // namespace
@@ -163,6 +191,10 @@ int run_supervised(const RunOptions& o, const std::string& self) {
         if (attempts.size() > 1) say(summary(attempts, d));
         return kExitOk;
       case Action::restart:
+        if (in_slurm && !wait_out_lost_nodes(signals, env_or("SLURM_JOB_NODELIST", ""), 300)) {
+          say(summary(attempts, Decision{Action::give_up, "stopped: a node of the job is lost"}));
+          return kExitPreempted;
+        }
         ++restarts;
         say("restart: " + d.reason);
         continue;

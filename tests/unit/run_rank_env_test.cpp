@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include "common/error.hpp"
+#include "launcher/run/node_probe.hpp"
 #include "launcher/run/rank_env.hpp"
 
 using namespace saker::run;
@@ -63,4 +64,9 @@ TEST_CASE("local ranks and rendezvous variables") {
   const int port = pick_free_port();
   CHECK(port > 0);
   CHECK(port < 65536);
+}
+
+TEST_CASE("a closed TCP port is unreachable, a listening one reachable") {
+  const int port = pick_free_port();  // released again: nothing listens there
+  CHECK_FALSE(saker::run::tcp_reachable("127.0.0.1", port, 500));
 }
