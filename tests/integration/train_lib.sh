@@ -7,7 +7,8 @@ SAKER_TRAIN_BIN="$SAKER_BUILDDIR/launcher/saker-train/saker-train"
 TEMPLATES="$SAKER_SRCDIR/scripts/sbatch"
 # A run of ~200 steps that takes several seconds, so faults land mid-run; checkpoints
 # every 50 steps. The same arguments for every run of a test: the hashes must agree.
-TRAIN_ARGS="--steps 200 --layers 32,32 --batch 64 --ckpt-every 50 --log-every 25 --step-sleep-ms 40 --seed 7"
+TRAIN_MODEL_ARGS="--steps 200 --layers 32,32 --batch 64 --ckpt-every 50 --log-every 25 --seed 7"
+TRAIN_ARGS="$TRAIN_MODEL_ARGS --step-sleep-ms 40"
 
 # train_setup: the dataset every test trains on.
 train_setup() {
@@ -26,7 +27,7 @@ hash_of() { sed -n 's/^saker-train: weights xxh3_128 \([0-9a-f]*\)$/\1/p' "$1" |
 local_hash() {
   local out="$IT_PREFIX/local-$1.out"
   # shellcheck disable=SC2086
-  "$SAKER_RUN_BIN" --local -n "$1" -- "$SAKER_TRAIN_BIN" --data "$TRAIN_DATA" $TRAIN_ARGS --step-sleep-ms 0 >"$out" 2>&1
+  "$SAKER_RUN_BIN" --local -n "$1" -- "$SAKER_TRAIN_BIN" --data "$TRAIN_DATA" $TRAIN_MODEL_ARGS >"$out" 2>&1
   hash_of "$out"
 }
 
