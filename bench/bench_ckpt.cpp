@@ -1,0 +1,174 @@
+// bench_ckpt: libsaker_ckpt against the raw peers, measured in the same run on the same
+// filesystem:
+//   save  1 GiB: Checkpointer::save (HDF5 metadata, xxh3-128, fsync, rename, dir fsync,
+//                "latest") vs fwrite + fflush + fsync of the same bytes;
+//   load  1 GiB: Checkpointer::load_latest (every checksum verified) vs read() of the
+//                same bytes, both from disk (the files are evicted from the page cache);
+//   async stall: the time save_async blocks the caller vs a memcpy of the state into a
+//                warm buffer.
+// Targets: save and load >= 0.9x the raw peer's throughput, stall <= 1.5x the memcpy.
+//
+// Environment: SAKER_BENCH_DIR (default: the current directory), SAKER_BENCH_CKPT_MIB
+// (default 1024), SAKER_BENCH_REPEAT (default 3; medians are printed).
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/log.hpp"
+#include "saker/ckpt.hpp"
+
+namespace fs = std::filesystem;
+namespace ck = saker::ckpt;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::size_t env_size(const char* name, std::size_t fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::strtoull(v, nullptr, 10) : fallback;
+}
+
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Drops a file's (clean, fsync'ed) pages from the page cache so the next read hits disk.
+void evict(const fs::path& file) {
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fdatasync(fd);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+}
+
+void evict_dir(const fs::path& dir) {
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.is_regular_file()) evict(e.path());
+}
+
+double raw_write(const fs::path& file, const std::vector<std::vector<float>>& tensors) {
+  const auto t0 = Clock::now();
+  std::FILE* f = std::fopen(file.c_str(), "wb");
+  if (!f) std::abort();
+  for (const auto& t : tensors)
+    if (std::fwrite(t.data(), sizeof(float), t.size(), f) != t.size()) std::abort();
+  std::fflush(f);
+  ::fsync(::fileno(f));
+  std::fclose(f);
+  return since(t0);
+}
+
+double raw_read(const fs::path& file, std::size_t bytes) {
+  const auto t0 = Clock::now();
+  std::unique_ptr<std::byte[]> buf(new std::byte[bytes]);
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  std::size_t done = 0;
+  while (done < bytes) {
+    const ssize_t n = ::read(fd, buf.get() + done, std::min<std::size_t>(bytes - done, std::size_t{8} << 20));
+    if (n <= 0) std::abort();
+    done += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  return since(t0);
+}
+
+}  // namespace
+
+int main() {
+  saker::log::set_level(saker::log::Level::warn);
+  const std::size_t mib = env_size("SAKER_BENCH_CKPT_MIB", 1024);
+  const std::size_t repeat = std::max<std::size_t>(1, env_size("SAKER_BENCH_REPEAT", 3));
+  const char* base_env = std::getenv("SAKER_BENCH_DIR");
+  const fs::path base = base_env && *base_env ? fs::path(base_env) : fs::current_path();
+  const fs::path dir = base / ("bench-ckpt." + std::to_string(::getpid()));
+  fs::create_directories(dir / "ckpt");
+  const std::size_t bytes = mib << 20;
+
+  // 16 float32 tensors (a model's layers), filled with non-zero, non-repeating values.
+  const std::size_t n_tensors = 16, floats = bytes / 4 / n_tensors;
+  std::vector<std::vector<float>> data(n_tensors, std::vector<float>(floats));
+  for (std::size_t t = 0; t < n_tensors; ++t)
+    for (std::size_t i = 0; i < floats; ++i) data[t][i] = static_cast<float>(i * 31 + t) * 1e-3f;
+  ck::State st;
+  st.config = R"({"bench": true})";
+  st.lineage = {{"bench", "1"}};
+  st.rng_state.resize(64);
+  st.data_cursor.resize(16);
+  for (std::size_t t = 0; t < n_tensors; ++t)
+    st.tensors.push_back(ck::Tensor::view_of<float>("layer" + std::to_string(t) + ".weight", ck::DType::f32,
+                                                    {floats / 1024, 1024}, data[t]));
+
+  std::printf("bench_ckpt: %zu MiB in %zu tensors, %zu repeats, directory %s\n", mib, n_tensors, repeat, dir.c_str());
+  std::vector<double> raw_w, ours_w, raw_r, ours_r, copy_s, stall_s;
+  ck::Options opt;
+  opt.keep_last = 1;
+  ck::Checkpointer ckpt(dir / "ckpt", opt);
+  for (std::size_t r = 0; r < repeat; ++r) {
+    st.step = r + 1;
+    // Alternate who goes first so neither always meets a busier disk.
+    if (r % 2 == 0) {
+      raw_w.push_back(raw_write(dir / "raw.bin", data));
+      ours_w.push_back(since([&] { auto t = Clock::now(); ckpt.save(st); return t; }()));
+    } else {
+      ours_w.push_back(since([&] { auto t = Clock::now(); ckpt.save(st); return t; }()));
+      raw_w.push_back(raw_write(dir / "raw.bin", data));
+    }
+    evict_dir(dir);
+    evict_dir(dir / "ckpt");
+    raw_r.push_back(raw_read(dir / "raw.bin", bytes));
+    const auto t0 = Clock::now();
+    auto loaded = ckpt.load_latest();
+    ours_r.push_back(since(t0));
+    if (!loaded || loaded->state.step != st.step) {
+      std::fprintf(stderr, "bench_ckpt: load_latest did not return step %zu\n", r + 1);
+      return 1;
+    }
+    std::printf("  round %zu: save %.2f s (raw %.2f s), load %.2f s (raw %.2f s)\n", r + 1, ours_w.back(), raw_w.back(),
+                ours_r.back(), raw_r.back());
+  }
+
+  // Async stall vs a memcpy of the state into a warm buffer. The first async save
+  // allocates the snapshot arena, so it is excluded; wait() keeps the previous write
+  // out of the measured stall.
+  std::unique_ptr<std::byte[]> copy(new std::byte[bytes]);
+  std::memset(copy.get(), 1, bytes);
+  st.step = 1000;
+  ckpt.save_async(st).wait();
+  for (std::size_t r = 0; r < repeat; ++r) {
+    auto t0 = Clock::now();
+    std::size_t off = 0;
+    for (const auto& t : data) {
+      std::memcpy(copy.get() + off, t.data(), t.size() * 4);
+      off += t.size() * 4;
+    }
+    copy_s.push_back(since(t0));
+    ckpt.wait();
+    st.step = 1001 + r;
+    stall_s.push_back(ckpt.save_async(st).stall_s());
+  }
+  ckpt.wait();
+
+  const double gib = static_cast<double>(bytes) / (1u << 30);
+  const double w_raw = median(raw_w), w_ours = median(ours_w), r_raw = median(raw_r), r_ours = median(ours_r);
+  const double c = median(copy_s), s = median(stall_s);
+  std::printf("save:  saker %.2f GB/s, raw fwrite+fsync %.2f GB/s: ratio %.2fx (target >= 0.9x)\n",
+              gib * 1.073741824 / w_ours, gib * 1.073741824 / w_raw, w_raw / w_ours);
+  std::printf("load:  saker %.2f GB/s (verified), raw read %.2f GB/s: ratio %.2fx (target >= 0.9x)\n",
+              gib * 1.073741824 / r_ours, gib * 1.073741824 / r_raw, r_raw / r_ours);
+  std::printf("async: stall %.1f ms, memcpy %.1f ms: ratio %.2fx (target <= 1.5x)\n", s * 1e3, c * 1e3, s / c);
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  return 0;
+}

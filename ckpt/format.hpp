@@ -1,0 +1,93 @@
+// The on-disk format (saker-ckpt(5)): how one file is laid out and how it is read back.
+//
+// Metadata goes through HDF5; tensor bytes are stored in contiguous, unfiltered datasets
+// whose space is allocated up front, and written/read by plain pwrite/pread at the
+// dataset's file offset (H5Dget_offset). HDF5 readers see ordinary datasets; we get raw
+// disk speed and can checksum each piece while it is still in cache.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ckpt/crypto.hpp"
+#include "ckpt/h5.hpp"
+#include "saker/ckpt.hpp"
+
+namespace saker::ckpt::format {
+
+inline constexpr const char* kFormatName = "saker-ckpt";
+inline constexpr std::uint64_t kFormatVersion = 1;
+
+std::string main_file_name(std::uint64_t step);                        // ckpt-000000000100.h5
+std::string shard_file_name(std::uint64_t step, std::uint32_t rank);   // ckpt-000000000100.shard-00001.h5
+std::string shard_group_name(std::uint32_t rank);                       // shard_00001
+// Parses a main file name; false for shard files, temporaries and anything else.
+bool parse_main_file_name(const std::string& name, std::uint64_t* step);
+bool parse_shard_file_name(const std::string& name, std::uint64_t* step, std::uint32_t* rank);
+
+struct FileMeta {
+  std::uint64_t step = 0;
+  std::uint64_t epoch = 0;
+  std::uint32_t world_size = 1;
+  std::int64_t created_unix = 0;
+  std::string saker_version;
+  std::uint64_t format_version = kFormatVersion;
+  std::string config;
+  std::vector<DatasetVersion> lineage;
+  std::string encryption = "none";
+  std::string key_id;
+};
+
+struct ShardOut {
+  std::uint32_t rank = 0;
+  std::vector<Tensor> tensors;
+  std::span<const std::byte> rng_state;
+  std::span<const std::byte> data_cursor;
+};
+
+// Writes a complete file at `path` (not yet published): root attributes, the group of
+// `shard`, and external links to the groups of `linked` (rank, file name). Returns the
+// tensor bytes written. `key` encrypts tensors (not RNG/cursor state) when non-null.
+std::uint64_t write_file(const std::filesystem::path& path, const FileMeta& meta, const ShardOut& shard,
+                         const std::vector<std::pair<std::uint32_t, std::string>>& linked, const crypto::Key* key);
+
+using Progress = std::function<void(std::uint64_t bytes)>;  // bytes just read
+
+class Reader {
+ public:
+  explicit Reader(const std::filesystem::path& file);  // throws saker::Error
+  ~Reader();
+  const FileMeta& meta() const { return meta_; }
+  const std::filesystem::path& file() const { return file_; }
+
+  std::vector<TensorInfo> tensors(std::uint32_t shard);
+  // Reads the stored bytes (ciphertext when encrypted) of one tensor into `dst`
+  // (info.stored_bytes long) and checks its xxh3-128; throws naming the tensor on mismatch.
+  void read_stored(const TensorInfo& info, std::byte* dst, const Progress& progress = {});
+  // Reads, checks and (with `key`) decrypts one tensor into an owned Tensor.
+  Tensor read_tensor(const TensorInfo& info, const crypto::Key* key, const Progress& progress = {});
+  std::vector<std::byte> read_blob(std::uint32_t shard, const char* name, const Progress& progress = {});
+  // Total stored bytes of every shard's tensors and blobs (for progress).
+  std::uint64_t total_stored_bytes();
+  // The files this checkpoint consists of (main file first).
+  std::vector<std::filesystem::path> files() const;
+
+ private:
+  struct Located;
+  Located locate(std::uint32_t shard, const std::string& path_in_shard);
+  void read_located(const Located& loc, std::byte* dst, const Progress& progress);
+
+  std::filesystem::path file_;
+  h5::Id h5_;
+  FileMeta meta_;
+  std::map<std::string, int> fds_;  // data files opened for pread
+};
+
+}  // namespace saker::ckpt::format

@@ -1,0 +1,122 @@
+#include "ckpt/load.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "ckpt/format.hpp"
+#include "ckpt/partition.hpp"
+
+namespace saker::ckpt {
+namespace fs = std::filesystem;
+
+namespace {
+
+void check_key(const format::FileMeta& meta, const crypto::Key* key, const fs::path& file) {
+  if (meta.encryption == "none") return;
+  if (meta.encryption != crypto::kCipherName)
+    throw KeyError(explain(file.string() + " uses encryption '" + meta.encryption + "'",
+                           "this Saker knows only " + std::string(crypto::kCipherName), "use a matching Saker release"));
+  if (key == nullptr)
+    throw KeyError(explain(file.string() + " is encrypted (key id " + meta.key_id + ")", "no key file was given",
+                           "pass the key it was written with (Options::key_file, saker-ckpt --key)"));
+  if (key->id != meta.key_id)
+    throw KeyError(explain(file.string() + " was encrypted with another key",
+                           "the file's key id is " + meta.key_id + ", the given key's id is " + key->id,
+                           "pass the key this checkpoint was written with"));
+}
+
+// Rows [first, first+rows) of the whole tensor, copied out of the saved parts.
+Tensor assemble(const std::vector<Tensor>& parts, const Slice& want, const std::string& where) {
+  const Tensor& any = parts.front();
+  const std::uint64_t row_bytes = any.shape[0] == 0 ? 0 : any.bytes.size() / any.shape[0];
+  auto storage = std::make_shared<std::vector<std::byte>>(want.rows * row_bytes);
+  std::uint64_t next = 0;  // parts must tile the whole tensor without gaps or overlaps
+  std::uint64_t part_first = 0;
+  for (const Tensor& p : parts) {
+    if (p.shape.size() != any.shape.size() || !std::equal(p.shape.begin() + 1, p.shape.end(), any.shape.begin() + 1) ||
+        p.dtype != any.dtype || p.global_rows != any.global_rows)
+      throw Error(explain(where + ": the saved parts of tensor " + any.name + " disagree",
+                          "dtype, trailing dimensions or global rows differ between shards", "the checkpoint is damaged"));
+    const std::uint64_t lo = std::max(part_first, want.first_row);
+    const std::uint64_t hi = std::min(part_first + p.shape[0], want.first_row + want.rows);
+    if (lo < hi)
+      std::memcpy(storage->data() + (lo - want.first_row) * row_bytes, p.bytes.data() + (lo - part_first) * row_bytes,
+                  (hi - lo) * row_bytes);
+    part_first += p.shape[0];
+    next = part_first;
+  }
+  if (next != any.global_rows)
+    throw Error(explain(where + ": the saved parts of tensor " + any.name + " cover " + std::to_string(next) + " rows",
+                        "its global shape has " + std::to_string(any.global_rows) + " rows", "the checkpoint is damaged"));
+  Tensor t = Tensor::view(any.name, any.dtype, any.shape, *storage, Placement::partitioned);
+  t.shape[0] = want.rows;
+  t.global_rows = any.global_rows;
+  t.storage = std::move(storage);
+  return t;
+}
+
+}  // namespace
+
+LoadReport load_checkpoint(const fs::path& file, std::uint32_t rank, std::uint32_t world_size, const crypto::Key* key) {
+  if (world_size == 0 || rank >= world_size)
+    throw Error(explain("cannot load for rank " + std::to_string(rank) + " of " + std::to_string(world_size),
+                        "the rank must be below the world size", "pass the caller's rank and world size"));
+  format::Reader reader(file);
+  const format::FileMeta& meta = reader.meta();
+  check_key(meta, key, file);
+
+  LoadReport out;
+  out.file = file;
+  out.saved_world_size = meta.world_size;
+  out.resharded = meta.world_size != world_size;
+  State& st = out.state;
+  st.step = meta.step;
+  st.epoch = meta.epoch;
+  st.world_size = world_size;
+  st.rank = rank;
+  st.config = meta.config;
+  st.lineage = meta.lineage;
+
+  // Every shard is read and checked, even the ones this rank does not need: all ranks
+  // must accept or reject the same checkpoint, or they would resume from different steps.
+  std::map<std::string, std::vector<Tensor>> parts;  // partitioned tensors by name, in shard order
+  const std::uint32_t own_shard = out.resharded ? 0 : rank;
+  for (std::uint32_t s = 0; s < meta.world_size; ++s) {
+    for (const TensorInfo& info : reader.tensors(s)) {
+      if (info.placement == Placement::replicated && s != 0)
+        throw Error(explain(file.string() + ": shard " + std::to_string(s) + " holds replicated tensor " + info.name,
+                            "only rank 0 writes replicated tensors", "the checkpoint is damaged"));
+      Tensor t = reader.read_tensor(info, key);
+      if (info.placement == Placement::replicated) {
+        st.tensors.push_back(std::move(t));
+      } else {
+        std::uint64_t expected_offset = 0;
+        for (const Tensor& p : parts[info.name]) expected_offset += p.shape[0];
+        if (info.offset != expected_offset)
+          throw Error(explain(file.string() + ": shard " + std::to_string(s) + " part of tensor " + info.name +
+                                  " starts at row " + std::to_string(info.offset),
+                              "the parts before it end at row " + std::to_string(expected_offset),
+                              "the checkpoint is damaged"));
+        parts[info.name].push_back(std::move(t));
+      }
+    }
+    auto rng = reader.read_blob(s, "rng_state");
+    auto cursor = reader.read_blob(s, "data_cursor");
+    if (s == own_shard) {
+      st.rng_state = std::move(rng);
+      st.data_cursor = std::move(cursor);
+    }
+  }
+  for (auto& [name, list] : parts) {
+    const Slice want = even_slice(list.front().global_rows, rank, world_size);
+    if (!out.resharded && list.size() == world_size) {
+      st.tensors.push_back(std::move(list[rank]));  // same layout: this rank's own part
+      continue;
+    }
+    st.tensors.push_back(assemble(list, want, file.string()));
+  }
+  return out;
+}
+
+}  // namespace saker::ckpt

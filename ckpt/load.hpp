@@ -1,0 +1,23 @@
+// Loading one checkpoint for one rank: verify every shard, then assemble this rank's state
+// (replicated tensors from shard 0, partitioned tensors re-cut for the new world size).
+#pragma once
+
+#include <filesystem>
+
+#include "ckpt/crypto.hpp"
+#include "common/error.hpp"
+#include "saker/ckpt.hpp"
+
+namespace saker::ckpt {
+
+// A problem with the key rather than with the file: falling back to an older checkpoint
+// would not help (it has the same key) and would silently lose progress.
+class KeyError : public Error {
+ public:
+  using Error::Error;
+};
+
+LoadReport load_checkpoint(const std::filesystem::path& file, std::uint32_t rank, std::uint32_t world_size,
+                           const crypto::Key* key);
+
+}  // namespace saker::ckpt

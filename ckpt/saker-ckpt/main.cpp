@@ -1,0 +1,243 @@
+// saker-ckpt: inspect, verify and prune Saker checkpoints (a thin shell over libsaker_ckpt).
+//
+//   saker-ckpt ls DIR [--quick]
+//   saker-ckpt show FILE
+//   saker-ckpt verify DIR|FILE...
+//   saker-ckpt prune DIR --keep K [--keep-every M]
+//
+// Exit codes: 0 success, 1 damage found (verify, ls), 2 bad usage, 3 cannot read/act.
+#include <unistd.h>
+
+#include <boost/program_options.hpp>
+#include <cinttypes>
+#include <cstdio>
+#include <ctime>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "common/log.hpp"
+#include "saker/ckpt.hpp"
+
+namespace po = boost::program_options;
+namespace ck = saker::ckpt;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int kOk = 0, kDamaged = 1, kUsage = 2, kFailed = 3;
+
+const char* kUsageText =
+    "Usage: saker-ckpt ls DIR [--quick]\n"
+    "       saker-ckpt show FILE\n"
+    "       saker-ckpt verify DIR|FILE...\n"
+    "       saker-ckpt prune DIR --keep K [--keep-every M]\n"
+    "\n"
+    "ls      one line per committed checkpoint: step, creation time (UTC), size, shards and\n"
+    "        status (ok, or DAMAGED and why). Checks every checksum unless --quick.\n"
+    "show    metadata (step, epoch, world size, version, encryption), dataset lineage, the\n"
+    "        config record and every tensor (shard, dtype, shape, placement, bytes, xxh3-128).\n"
+    "verify  reads every shard of every checkpoint given (a directory: all of them) and checks\n"
+    "        every checksum; no key is needed, checksums cover the stored bytes.\n"
+    "prune   keeps the newest K checkpoints plus every checkpoint whose step is a multiple of\n"
+    "        M, and removes the rest with their shard files. The newest is always kept.\n"
+    "\n"
+    "Progress goes to stderr when it is a terminal (or with --progress).\n"
+    "Exit codes: 0 success, 1 a damaged checkpoint was found, 2 bad usage, 3 cannot read or act.\n";
+
+std::string human_bytes(std::uint64_t n) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(n);
+  int u = 0;
+  while (v >= 1024 && u < 4) v /= 1024, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
+  return buf;
+}
+
+std::string iso_time(std::int64_t unix_time) {
+  const std::time_t t = static_cast<std::time_t>(unix_time);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string shape_text(const std::vector<std::uint64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// A progress line on stderr, redrawn at most every 1% (long verifications of big files);
+// end_progress() finishes the line whether the file verified or not.
+ck::Progress progress_for(bool enabled, const std::string& label) {
+  if (!enabled) return {};
+  auto last = std::make_shared<int>(-1);
+  return [label, last](std::uint64_t done, std::uint64_t total) {
+    const int pct = total == 0 ? 100 : static_cast<int>(done * 100 / total);
+    if (pct == *last) return;
+    *last = pct;
+    std::fprintf(stderr, "\r%s: %3d%% (%s of %s)", label.c_str(), pct, human_bytes(done).c_str(),
+                 human_bytes(total).c_str());
+  };
+}
+
+void end_progress(bool enabled) {
+  if (enabled) std::fputc('\n', stderr);
+}
+
+std::vector<fs::path> checkpoints_in(const fs::path& target) {
+  if (fs::is_directory(target)) return ck::list_checkpoints(target);
+  if (!fs::exists(target))
+    throw saker::Error(saker::explain(target.string() + " does not exist", "no such file or directory",
+                                      "give a checkpoint directory or a ckpt-*.h5 file"));
+  return {target};
+}
+
+int cmd_ls(const fs::path& dir, bool quick, bool progress) {
+  if (!fs::is_directory(dir))
+    throw saker::Error(saker::explain(dir.string() + " is not a directory", "ls lists a checkpoint directory",
+                                      "give the directory passed to the trainer"));
+  const auto files = ck::list_checkpoints(dir);
+  std::printf("%-12s  %-20s  %10s  %6s  %s\n", "STEP", "CREATED", "SIZE", "SHARDS", "STATUS");
+  int rc = kOk;
+  for (const fs::path& f : files) {
+    std::string status = quick ? "unverified" : "ok";
+    try {
+      const ck::CheckpointInfo info = ck::describe(f);
+      if (!quick) {
+        const ck::Verdict v = ck::verify(f, progress_for(progress, f.filename().string()));
+        end_progress(progress);
+        if (!v.ok) status = "DAMAGED: " + v.problem, rc = kDamaged;
+      }
+      std::printf("%-12" PRIu64 "  %-20s  %10s  %6" PRIu32 "  %s\n", info.step, iso_time(info.created_unix).c_str(),
+                  human_bytes(info.bytes).c_str(), info.world_size, status.c_str());
+    } catch (const std::exception& e) {
+      std::error_code ec;
+      const auto size = fs::file_size(f, ec);
+      std::printf("%-12s  %-20s  %10s  %6s  DAMAGED: %s\n", f.filename().string().c_str(), "?",
+                  human_bytes(ec ? 0 : size).c_str(), "?", e.what());
+      rc = kDamaged;
+    }
+  }
+  if (files.empty()) std::fprintf(stderr, "saker-ckpt: no committed checkpoints in %s\n", dir.c_str());
+  return rc;
+}
+
+int cmd_show(const fs::path& file) {
+  const ck::CheckpointInfo info = ck::describe(file);
+  std::printf("file:           %s\n", info.file.c_str());
+  std::printf("step:           %" PRIu64 "\n", info.step);
+  std::printf("epoch:          %" PRIu64 "\n", info.epoch);
+  std::printf("world size:     %" PRIu32 "\n", info.world_size);
+  std::printf("created:        %s\n", iso_time(info.created_unix).c_str());
+  std::printf("saker version:  %s (format %" PRIu32 ")\n", info.saker_version.c_str(), info.format_version);
+  std::printf("size:           %s\n", human_bytes(info.bytes).c_str());
+  std::printf("encryption:     %s%s\n", info.encryption.c_str(),
+              info.key_id.empty() ? "" : (" (key id " + info.key_id + ")").c_str());
+  std::printf("lineage:        %s\n", info.lineage.empty() ? "(none recorded)" : ck::format_lineage(info.lineage).c_str());
+  std::printf("config:         %s\n", info.config.empty() ? "(empty)" : info.config.c_str());
+  std::printf("tensors:        %zu\n", info.tensors.size());
+  std::printf("  %-5s  %-32s  %-8s  %-18s  %-24s  %10s  %s\n", "SHARD", "NAME", "DTYPE", "SHAPE", "PLACEMENT", "BYTES",
+              "XXH3-128");
+  for (const ck::TensorInfo& t : info.tensors) {
+    std::string placement = t.placement == ck::Placement::replicated ? "replicated" : "partitioned";
+    if (t.placement == ck::Placement::partitioned)
+      placement += " " + std::to_string(t.offset) + "/" + shape_text(t.global_shape);
+    if (t.encrypted) placement += " enc";
+    std::printf("  %-5" PRIu32 "  %-32s  %-8s  %-18s  %-24s  %10" PRIu64 "  %s\n", t.shard, t.name.c_str(),
+                std::string(ck::dtype_name(t.dtype)).c_str(), shape_text(t.shape).c_str(), placement.c_str(),
+                t.stored_bytes, t.xxh3_128.c_str());
+  }
+  return kOk;
+}
+
+int cmd_verify(const std::vector<std::string>& targets, bool progress) {
+  int rc = kOk;
+  std::size_t checked = 0;
+  for (const std::string& target : targets) {
+    for (const fs::path& f : checkpoints_in(target)) {
+      const ck::Verdict v = ck::verify(f, progress_for(progress, f.filename().string()));
+      end_progress(progress);
+      ++checked;
+      if (v.ok) {
+        std::printf("ok       %s\n", f.c_str());
+      } else {
+        std::printf("DAMAGED  %s: %s\n", f.c_str(), v.problem.c_str());
+        rc = kDamaged;
+      }
+    }
+  }
+  if (checked == 0) {
+    std::fprintf(stderr, "saker-ckpt verify: no checkpoints found in %s\n", targets.front().c_str());
+    return kFailed;
+  }
+  return rc;
+}
+
+int cmd_prune(const fs::path& dir, std::uint32_t keep, std::uint64_t keep_every) {
+  if (!fs::is_directory(dir))
+    throw saker::Error(saker::explain(dir.string() + " is not a directory", "prune works on a checkpoint directory",
+                                      "give the directory passed to the trainer"));
+  const auto removed = ck::prune(dir, keep, keep_every);
+  for (const fs::path& f : removed) std::printf("removed  %s\n", f.c_str());
+  std::printf("%zu file(s) removed, %zu checkpoint(s) kept\n", removed.size(), ck::list_checkpoints(dir).size());
+  return kOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string command;
+  std::vector<std::string> targets;
+  std::uint32_t keep = 0;
+  std::uint64_t keep_every = 0;
+  bool quick = false, progress = ::isatty(STDERR_FILENO) != 0;
+  po::options_description opts("Options");
+  opts.add_options()("help,h", "show this help")("quick", po::bool_switch(&quick), "ls: skip checksum verification")(
+      "progress", "show progress on stderr even when it is not a terminal")(
+      "keep", po::value(&keep), "prune: checkpoints to keep (newest first, >= 1)")(
+      "keep-every", po::value(&keep_every), "prune: also keep steps that are multiples of M");
+  po::options_description all;
+  all.add(opts).add_options()("command", po::value(&command))("target", po::value(&targets));
+  po::positional_options_description pos;
+  pos.add("command", 1).add("target", -1);
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(argc, argv).options(all).positional(pos).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    std::cerr << "saker-ckpt: " << e.what() << "\n\n" << kUsageText << opts;
+    return kUsage;
+  }
+  if (vm.count("help") != 0u) {
+    std::cout << kUsageText << "\n" << opts;
+    return kOk;
+  }
+  if (vm.count("progress") != 0u) progress = true;
+  const bool one_target = targets.size() == 1;
+  std::string problem;
+  if (command != "ls" && command != "show" && command != "verify" && command != "prune")
+    problem = command.empty() ? "no command given" : "unknown command '" + command + "'";
+  else if (command == "verify" ? targets.empty() : !one_target)
+    problem = command + " takes " + (command == "verify" ? "at least one" : "exactly one") + " DIR or FILE";
+  else if (command == "prune" && keep == 0)
+    problem = "prune needs --keep K with K >= 1";
+  if (!problem.empty()) {
+    std::cerr << "saker-ckpt: " << problem << "\n\n" << kUsageText;
+    return kUsage;
+  }
+  saker::log::set_level(saker::log::Level::warn);
+  try {
+    if (command == "ls") return cmd_ls(targets[0], quick, progress);
+    if (command == "show") return cmd_show(targets[0]);
+    if (command == "verify") return cmd_verify(targets, progress);
+    return cmd_prune(targets[0], keep, keep_every);
+  } catch (const std::exception& e) {
+    std::cerr << "saker-ckpt " << command << ": " << e.what() << "\n";
+    return kFailed;
+  }
+}

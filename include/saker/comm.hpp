@@ -1,0 +1,199 @@
+// libsaker_comm: collective communication for data-parallel training under Slurm.
+//
+// One call bootstraps a communicator from the environment (PMI2 under `srun --mpi=pmi2`,
+// a TCP store on the step's first node under plain `srun`, an explicit host:port
+// elsewhere); collectives then run over a pipelined TCP ring, a /dev/shm path between
+// ranks of one node, a hierarchical mix of both, or NCCL for device buffers.
+//
+// Contract (as in MPI): every rank issues the same collectives in the same order.
+// Named tensors given to enqueue_allreduce() are the exception: they may be submitted
+// in any order; a background thread matches them by name across ranks, fuses them and
+// reports (then fails) names some rank never submits.
+//
+// No call blocks forever: every wait is bounded by Options::timeout, and a failure
+// names the rank and host that died or did not answer.
+//
+// Environment read by Communicator::from_environment (first match wins):
+//   1. PMI2 (srun --mpi=pmi2): PMI_FD must be set (PMI2_Init "succeeds" without it,
+//      then every call fails), rank/size from PMI2_Init.
+//   2. Slurm without PMI2: SLURM_STEP_NODELIST (or SLURM_JOB_NODELIST), SLURM_JOB_ID,
+//      SLURM_STEP_ID, SLURM_PROCID, SLURM_STEP_NUM_TASKS (or SLURM_NTASKS). The
+//      TCP store runs in the rank with SLURM_PROCID 0's node's first task
+//      (SLURM_NODEID=0, SLURM_LOCALID=0) on port 20000 + (job*64 + step) % 40000,
+//      or SAKER_STORE_PORT when set.
+//   3. Explicit: SAKER_STORE=host:port (else MASTER_ADDR + MASTER_PORT), rank from
+//      SAKER_RANK (else RANK), size from SAKER_WORLD_SIZE (else WORLD_SIZE).
+//      Rank 0 serves the store on that port unless SAKER_STORE_EXTERNAL=1 says
+//      another process (e.g. saker-run) already serves it (see TcpStoreServer).
+//   Node identity (which ranks share /dev/shm): SAKER_NODE_ID, else SLURMD_NODENAME,
+//   else the host name. local_rank()/local_size() are derived from node identity
+//   (the position among ranks with the same node), so they agree with /dev/shm use.
+//   Address published for peers: SAKER_COMM_ADDR, else the host name's address.
+//   Tuning (override Options): SAKER_COMM_TIMEOUT (seconds), SAKER_COMM_TRANSPORT
+//   (auto|ring|shm|hierarchical), SAKER_COMM_CHUNK_BYTES, SAKER_FUSION_BYTES,
+//   SAKER_FUSION_CYCLE_MS, SAKER_STALL_WARNING_S, SAKER_STALL_ABORT_S,
+//   SAKER_TIMELINE (Chrome trace path; "%r" is replaced by the rank, otherwise only
+//   rank 0 writes).
+//
+// Linking inside Saker: launcher/libsaker_comm_core.la common/libsaker_common.la
+// $(COMM_LIBS) $(SLURM_LDFLAGS) $(SLURM_LIBS); outside: -lsaker_comm.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace saker::comm {
+
+enum class DataType { f32, f64, f16, bf16, i32, i64 };
+enum class ReduceOp { sum, min, max, avg };
+// automatic: shm when every rank shares one node, ring when every rank is on its own
+// node, hierarchical (shm in the node + ring among node leaders) otherwise.
+enum class Transport { automatic, ring, shm, hierarchical };
+
+std::size_t size_of(DataType t);
+const char* name_of(DataType t);
+const char* name_of(ReduceOp op);
+const char* name_of(Transport t);
+
+struct Options {
+  // Longest any single wait (store, peer, handle) may take before failing.
+  std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+  Transport transport = Transport::automatic;
+  // Ring pipeline granularity: a slice is sent in chunks of this size so that
+  // sending, receiving and reducing overlap.
+  std::size_t chunk_bytes = 256 * 1024;
+  // Tensor fusion: buffer size and how often the background thread negotiates.
+  bool fusion = true;  // start the background thread (needed by enqueue_allreduce)
+  std::size_t fusion_bytes = 64u << 20;
+  std::chrono::milliseconds fusion_cycle{2};
+  // A tensor submitted by some ranks and not others is reported after
+  // stall_warning, and its handles fail after stall_abort (zero: never).
+  std::chrono::milliseconds stall_warning{std::chrono::seconds(60)};
+  std::chrono::milliseconds stall_abort{std::chrono::seconds(0)};
+  std::string timeline_path;  // Chrome trace; empty: off
+  // Overrides applied by from_environment() after reading SAKER_* tuning variables:
+  // leave false to let the environment win over the values above.
+  bool ignore_environment = false;
+};
+
+// A key-value rendezvous. get() blocks until the key exists or the timeout passes
+// (then throws saker::Error naming the key). sync() is a collective that makes every
+// set() so far visible (PMI2's fence); a no-op for stores where get() waits.
+class Store {
+ public:
+  virtual ~Store() = default;
+  virtual void set(const std::string& key, const std::string& value) = 0;
+  virtual std::string get(const std::string& key, std::chrono::milliseconds timeout) = 0;
+  virtual void sync(std::chrono::milliseconds /*timeout*/) {}
+  virtual std::string describe() const = 0;  // for error messages
+};
+
+// In-process store for ranks that are threads (unit tests).
+std::shared_ptr<Store> make_memory_store();
+// Client of a TCP store served by TcpStoreServer (retries connecting until timeout).
+std::shared_ptr<Store> make_tcp_store(const std::string& host, int port,
+                                      std::chrono::milliseconds timeout);
+// Slurm's PMI2 KVS (only under srun --mpi=pmi2; throws otherwise).
+std::shared_ptr<Store> make_pmi2_store(int* rank, int* size);
+
+// Serves the TCP store protocol on a background thread until destroyed.
+class TcpStoreServer {
+ public:
+  explicit TcpStoreServer(int port, const std::string& bind_address = "0.0.0.0");
+  ~TcpStoreServer();
+  TcpStoreServer(const TcpStoreServer&) = delete;
+  TcpStoreServer& operator=(const TcpStoreServer&) = delete;
+  int port() const;
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// Completion of an asynchronous call. wait() rethrows the operation's error; it is
+// bounded by the communicator's timeout.
+class Handle {
+ public:
+  struct State;
+  Handle() = default;
+  explicit Handle(std::shared_ptr<State> s) : state_(std::move(s)) {}
+  void wait();
+  bool done() const;
+  bool valid() const { return state_ != nullptr; }
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+// Where this rank sits, as the bootstrap found it.
+struct Placement {
+  int rank = 0;
+  int size = 1;
+  std::string node;  // node identity (ranks with equal node share /dev/shm)
+  std::string host;  // host name reported in errors
+  int local_rank = -1;  // -1: derive from node identity
+};
+
+class Communicator {
+ public:
+  // Bootstraps from the environment (see the top of this file).
+  static std::unique_ptr<Communicator> from_environment(const Options& options = {});
+  // Bootstraps over a given store (unit tests, custom launchers). Collective.
+  static std::unique_ptr<Communicator> create(std::shared_ptr<Store> store, const Placement& where,
+                                              const Options& options = {});
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const;
+  int size() const;
+  int local_rank() const;
+  int local_size() const;
+  int node_count() const;
+  const std::string& host_of(int rank) const;
+  // The transport allreduce uses (after automatic choice); set_transport overrides.
+  Transport transport() const;
+  void set_transport(Transport t);
+  const Options& options() const;
+
+  // Synchronous collectives on host memory; in place where one buffer is given.
+  void allreduce(void* data, std::size_t count, DataType type, ReduceOp op = ReduceOp::sum);
+  void broadcast(void* data, std::size_t bytes, int root);
+  // recv holds size() * bytes; rank r's send lands at recv + r * bytes.
+  void allgather(const void* send, void* recv, std::size_t bytes);
+  void barrier();
+
+  // Asynchronous forms: the buffers must stay valid until the handle completes.
+  // Calls run in submission order on a background thread.
+  Handle allreduce_async(void* data, std::size_t count, DataType type, ReduceOp op = ReduceOp::sum);
+  Handle broadcast_async(void* data, std::size_t bytes, int root);
+  Handle allgather_async(const void* send, void* recv, std::size_t bytes);
+  Handle barrier_async();
+
+  // Tensor fusion: named tensors, any submission order across ranks (see top).
+  Handle enqueue_allreduce(const std::string& name, void* data, std::size_t count, DataType type,
+                           ReduceOp op = ReduceOp::sum);
+
+  // NCCL for device buffers (throws when built without NCCL or without a GPU).
+  // stream is a cudaStream_t; the call returns once the work is enqueued on it.
+  static bool nccl_available();
+  void allreduce_device(void* device_data, std::size_t count, DataType type, ReduceOp op,
+                        void* cuda_stream);
+
+  struct Impl;
+
+ private:
+  explicit Communicator(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Reads the Options the environment asks for (SAKER_COMM_*, SAKER_FUSION_*,
+// SAKER_STALL_*, SAKER_TIMELINE) on top of base.
+Options options_from_environment(Options base = {});
+
+}  // namespace saker::comm

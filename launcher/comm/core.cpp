@@ -1,0 +1,93 @@
+#include "launcher/comm/core.hpp"
+
+#include <map>
+
+#include "launcher/comm/reduce.hpp"
+
+namespace saker::comm {
+
+Topology Topology::from_peers(const std::vector<PeerInfo>& peers) {
+  Topology t;
+  std::map<std::string, int> index;
+  for (std::size_t r = 0; r < peers.size(); ++r) {
+    auto [it, fresh] = index.try_emplace(peers[r].node, static_cast<int>(t.members.size()));
+    if (fresh) {
+      t.members.emplace_back();
+      t.leaders.push_back(static_cast<int>(r));
+    }
+    t.node_of.push_back(it->second);
+    t.members[static_cast<std::size_t>(it->second)].push_back(static_cast<int>(r));
+  }
+  return t;
+}
+
+static std::vector<int> all_ranks(int n) {
+  std::vector<int> v(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = i;
+  return v;
+}
+
+Core::Core(Mesh& mesh, const Topology& topo, int channel, const std::string& shm_name, const Options& options,
+           Timeline* timeline)
+    : mesh_(mesh), topo_(topo), ring_(mesh, all_ranks(mesh.size()), channel, options.chunk_bytes), timeline_(timeline) {
+  int node = topo.node_of[static_cast<std::size_t>(mesh.rank())];
+  const auto& local = topo.members[static_cast<std::size_t>(node)];
+  if (local.size() > 1) {
+    // Slots shrink as ranks per node grow so the segment stays a few MiB.
+    std::size_t slot = std::max<std::size_t>(64 * 1024, (4u << 20) / local.size());
+    shm_ = std::make_unique<ShmGroup>(mesh, local, shm_name + "-n" + std::to_string(node), slot);
+  }
+  if (topo.leaders.size() > 1 && local.front() == mesh.rank())
+    leaders_ = std::make_unique<Ring>(mesh, topo.leaders, channel, options.chunk_bytes);
+}
+
+Transport Core::resolve(Transport wanted, const Topology& topo) {
+  std::size_t nodes = topo.members.size();
+  bool one_per_node = nodes == topo.node_of.size();
+  if (wanted == Transport::automatic) {
+    if (nodes == 1) return Transport::shm;
+    return one_per_node ? Transport::ring : Transport::hierarchical;
+  }
+  if (wanted == Transport::shm && nodes > 1) return Transport::hierarchical;
+  return wanted;
+}
+
+int Core::ring_size(Transport t) const {
+  if (t == Transport::ring) return ring_.size();
+  if (t == Transport::hierarchical) return static_cast<int>(topo_.leaders.size());
+  return 1;
+}
+
+void Core::allreduce(void* data, std::size_t count, DataType type, ReduceOp op, Transport t,
+                     const std::vector<std::size_t>& segs) {
+  ReduceOp base = op == ReduceOp::avg ? ReduceOp::sum : op;
+  std::string args = "{\"bytes\":" + std::to_string(count * size_of(type)) + "}";
+  if (t == Transport::ring || mesh_.size() == 1) {
+    Timeline::Scope s(timeline_, "ring reduce-scatter+allgather", "transfer", kTidTransfer, args);
+    ring_.allreduce(data, count, type, base, segs);
+  } else if (t == Transport::shm) {
+    Timeline::Scope s(timeline_, "shm reduce", "reduce", kTidTransfer, args);
+    shm_->allreduce(data, count, type, base);
+  } else {
+    // Hierarchical: reduce inside the node, ring among node leaders, share inside the node.
+    {
+      Timeline::Scope s(timeline_, "shm reduce (node)", "reduce", kTidTransfer, args);
+      if (shm_) shm_->allreduce(data, count, type, base);
+    }
+    if (leaders_) {
+      Timeline::Scope s(timeline_, "ring among node leaders", "transfer", kTidTransfer, args);
+      leaders_->allreduce(data, count, type, base, segs);
+    }
+    if (shm_) {
+      Timeline::Scope s(timeline_, "shm broadcast (node)", "transfer", kTidTransfer, args);
+      shm_->broadcast(data, count * size_of(type), 0);
+    }
+  }
+  if (op == ReduceOp::avg) reduce::scale_for_avg(data, count, type, mesh_.size());
+}
+
+void Core::broadcast(void* data, std::size_t bytes, int root) { ring_.broadcast(data, bytes, root); }
+
+void Core::allgather(const void* send, void* recv, std::size_t bytes) { ring_.allgather(send, recv, bytes); }
+
+}  // namespace saker::comm

@@ -1,0 +1,53 @@
+// One channel of collectives: the algorithms over this rank's links and shared memory.
+// A communicator owns two (user calls and the fusion thread) so that the fusion
+// thread's traffic never interleaves with the user's.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "launcher/comm/mesh.hpp"
+#include "launcher/comm/ring.hpp"
+#include "launcher/comm/shm.hpp"
+#include "launcher/comm/timeline.hpp"
+#include "saker/comm.hpp"
+
+namespace saker::comm {
+
+struct Topology {
+  std::vector<int> node_of;               // rank -> node index (order of first appearance)
+  std::vector<std::vector<int>> members;  // node index -> its ranks, ascending
+  std::vector<int> leaders;               // node index -> its first rank
+  static Topology from_peers(const std::vector<PeerInfo>& peers);
+};
+
+class Core {
+ public:
+  Core(Mesh& mesh, const Topology& topo, int channel, const std::string& shm_name, const Options& options,
+       Timeline* timeline);
+
+  // The transport automatic resolves to on this topology; a forced transport that
+  // cannot work here (shm across nodes) becomes hierarchical.
+  static Transport resolve(Transport wanted, const Topology& topo);
+  // Size of the ring whose segment boundaries fix each element's reduction order.
+  int ring_size(Transport t) const;
+
+  // segs: ring_size(t)+1 element offsets, or empty for an even split.
+  void allreduce(void* data, std::size_t count, DataType type, ReduceOp op, Transport t,
+                 const std::vector<std::size_t>& segs = {});
+  void broadcast(void* data, std::size_t bytes, int root);
+  void allgather(const void* send, void* recv, std::size_t bytes);
+  void barrier() { ring_.barrier(); }
+  void unlink_shm() { if (shm_) shm_->unlink(); }
+
+ private:
+  Mesh& mesh_;
+  const Topology& topo_;
+  Ring ring_;                       // every rank
+  std::unique_ptr<Ring> leaders_;   // node leaders (this rank leads its node)
+  std::unique_ptr<ShmGroup> shm_;   // ranks of this node
+  Timeline* timeline_;
+};
+
+}  // namespace saker::comm

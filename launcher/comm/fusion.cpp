@@ -1,0 +1,276 @@
+#include "launcher/comm/fusion.hpp"
+
+#include <cstring>
+#include <set>
+#include <sstream>
+
+#include "common/error.hpp"
+#include "common/json.hpp"
+#include "common/log.hpp"
+
+namespace saker::comm {
+namespace {
+
+struct Spec {
+  std::size_t count;
+  int type, op;
+  bool operator==(const Spec&) const = default;
+};
+
+struct RankList {
+  bool stop = false;
+  std::vector<std::pair<std::string, Spec>> items;  // submission order
+  std::map<std::string, Spec> by_name;
+};
+
+// One line per pending tensor: name \x1f count \x1f type \x1f op. The first line is
+// the stop flag. Names may hold anything but newlines and \x1f (checked at enqueue).
+std::string encode(bool stop, const std::vector<std::pair<std::string, Spec>>& items) {
+  std::string s = stop ? "S1\n" : "S0\n";
+  for (const auto& [name, spec] : items)
+    s += name + '\x1f' + std::to_string(spec.count) + '\x1f' + std::to_string(spec.type) + '\x1f' +
+         std::to_string(spec.op) + '\n';
+  return s;
+}
+
+RankList decode(std::string_view text) {
+  RankList out;
+  std::istringstream in{std::string(text)};
+  std::string line;
+  std::getline(in, line);
+  out.stop = line == "S1";
+  while (std::getline(in, line)) {
+    auto a = line.find('\x1f'), b = line.find('\x1f', a + 1), c = line.find('\x1f', b + 1);
+    if (c == std::string::npos) continue;
+    Spec s{std::stoull(line.substr(a + 1, b - a - 1)), std::stoi(line.substr(b + 1, c - b - 1)), std::stoi(line.substr(c + 1))};
+    out.items.emplace_back(line.substr(0, a), s);
+    out.by_name[line.substr(0, a)] = s;
+  }
+  return out;
+}
+
+}  // namespace
+
+FusionEngine::FusionEngine(Communicator::Impl& comm) : comm_(comm) {
+  thread_ = std::thread([this] { loop(); });
+}
+
+FusionEngine::~FusionEngine() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  thread_.join();
+}
+
+Handle FusionEngine::enqueue(const std::string& name, void* data, std::size_t count, DataType type, ReduceOp op) {
+  if (name.empty() || name.find_first_of("\n\x1f") != std::string::npos)
+    throw Error(explain("invalid tensor name '" + name + "'", "names must be non-empty, without newlines",
+                        "rename the tensor"));
+  auto state = std::make_shared<Handle::State>();
+  state->what = "allreduce of tensor '" + name + "'";
+  state->limit = comm_.options.stall_abort + comm_.options.timeout * 4 + std::chrono::seconds(10);
+  std::lock_guard lock(mu_);
+  if (finished_) throw Error("saker: enqueue_allreduce('" + name + "') after the fusion thread stopped");
+  if (!pending_.emplace(name, Entry{data, count, type, op, state}).second)
+    throw Error(explain("tensor '" + name + "' is already queued", "a name may be pending only once",
+                        "wait for its handle before submitting it again"));
+  order_.push_back(name);
+  comm_.timeline->instant("enqueue " + name, "enqueue", kTidFusion, "{\"bytes\":" + std::to_string(count * size_of(type)) + "}");
+  return Handle(state);
+}
+
+void FusionEngine::fail_all(std::exception_ptr e) {
+  std::lock_guard lock(mu_);
+  for (auto& [name, entry] : pending_) entry.state->finish(e);
+  pending_.clear();
+  order_.clear();
+  finished_ = true;
+}
+
+void FusionEngine::loop() {
+  try {
+    while (!finished_) {
+      cycle();
+      if (!finished_) std::this_thread::sleep_for(comm_.options.fusion_cycle);
+    }
+  } catch (...) {
+    log::error(std::string("comm: fusion thread stopped: ") + [] {
+      try { throw; } catch (const std::exception& e) { return e.what(); } catch (...) { return "unknown error"; }
+    }());
+    fail_all(std::current_exception());
+  }
+}
+
+void FusionEngine::cycle() {
+  std::vector<std::pair<std::string, Spec>> mine;
+  bool stop;
+  {
+    std::lock_guard lock(mu_);
+    stop = stop_;
+    for (const auto& name : order_) {
+      const Entry& e = pending_.at(name);
+      mine.emplace_back(name, Spec{e.count, static_cast<int>(e.type), static_cast<int>(e.op)});
+    }
+  }
+  // Negotiation: every rank learns every rank's pending list.
+  Core& core = *comm_.fusion;
+  int n = comm_.where.size;
+  auto t0 = Timeline::Clock::now();
+  std::string text = encode(stop, mine);
+  std::uint64_t len = text.size();
+  std::vector<std::uint64_t> lens(static_cast<std::size_t>(n));
+  core.allgather(&len, lens.data(), sizeof len);
+  std::size_t width = 0;
+  for (auto l : lens) width = std::max<std::size_t>(width, l);
+  text.resize(width, '\0');
+  std::vector<char> all(width * static_cast<std::size_t>(n));
+  core.allgather(text.data(), all.data(), width);
+  std::vector<RankList> lists;
+  bool all_stop = true, any_pending = false;
+  for (int r = 0; r < n; ++r) {
+    lists.push_back(decode(std::string_view(all.data() + static_cast<std::size_t>(r) * width, lens[static_cast<std::size_t>(r)])));
+    all_stop = all_stop && lists.back().stop;
+    any_pending = any_pending || !lists.back().items.empty();
+  }
+  if (any_pending) comm_.timeline->span("negotiate", "fuse", kTidFusion, t0, Timeline::Clock::now());
+  if (all_stop) {
+    fail_all(std::make_exception_ptr(Error("saker: the communicator was destroyed before this tensor was reduced")));
+    return;
+  }
+  // Ready: pending on every rank, in rank 0's submission order (the same on all ranks).
+  std::vector<std::pair<std::string, Entry>> ready;
+  std::set<std::string> everywhere;
+  for (const auto& [name, spec] : lists[0].items) {
+    bool in_all = true, same = true;
+    for (int r = 1; r < n && in_all; ++r) {
+      auto it = lists[static_cast<std::size_t>(r)].by_name.find(name);
+      in_all = it != lists[static_cast<std::size_t>(r)].by_name.end();
+      same = same && (!in_all || it->second == spec);
+    }
+    if (!in_all) continue;
+    everywhere.insert(name);
+    std::lock_guard lock(mu_);
+    Entry e = pending_.at(name);
+    pending_.erase(name);
+    std::erase(order_, name);
+    partial_since_.erase(name);
+    warned_.erase(name);
+    if (!same) {
+      e.state->finish(std::make_exception_ptr(Error(explain(
+          "tensor '" + name + "' differs between ranks (count, type or op)",
+          "every rank must reduce the same shape with the same type and op under one name",
+          "check the model definition is identical on every rank"))));
+      continue;
+    }
+    ready.emplace_back(name, e);
+  }
+  // Fuse consecutive tensors of one type and op up to the fusion buffer's size.
+  Transport t = comm_.transport;
+  std::vector<std::pair<std::string, Entry>> group;
+  std::size_t group_bytes = 0;
+  for (auto& item : ready) {
+    std::size_t bytes = item.second.count * size_of(item.second.type);
+    if (!group.empty() && (group_bytes + bytes > comm_.options.fusion_bytes || item.second.type != group[0].second.type ||
+                           item.second.op != group[0].second.op)) {
+      reduce_group(group, t);
+      group.clear();
+      group_bytes = 0;
+    }
+    group.push_back(item);
+    group_bytes += bytes;
+  }
+  if (!group.empty()) reduce_group(group, t);
+  // Stall report: names some ranks submitted and others did not.
+  std::map<std::string, std::vector<int>> holders;
+  for (int r = 0; r < n; ++r)
+    for (const auto& [name, spec] : lists[static_cast<std::size_t>(r)].items)
+      if (!everywhere.count(name)) holders[name].push_back(r);
+  auto now = std::chrono::steady_clock::now();
+  for (const auto& [name, ranks] : holders) {
+    auto since = partial_since_.try_emplace(name, now).first->second;
+    auto waited = now - since;
+    if (waited < comm_.options.stall_warning) continue;
+    std::string have, missing;
+    for (int r : ranks) have += (have.empty() ? "" : ", ") + std::to_string(r);
+    for (int r = 0, k = 0; r < n; ++r) {
+      if (k < static_cast<int>(ranks.size()) && ranks[static_cast<std::size_t>(k)] == r) { ++k; continue; }
+      missing += (missing.empty() ? "" : ", ") + comm_.mesh->who(r);
+    }
+    std::string report = "stall: tensor '" + name + "' was submitted by rank(s) " + have + " but " + missing +
+                         " has not submitted it after " +
+                         std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()) +
+                         " ms; every rank must submit the same tensor names (look for code that skips a layer or "
+                         "a parameter on some ranks)";
+    if (!warned_[name]) {
+      warned_[name] = true;
+      if (comm_.where.rank == ranks.front()) log::warn("comm: " + report);
+    }
+    if (comm_.options.stall_abort.count() > 0 && waited >= comm_.options.stall_abort) {
+      std::lock_guard lock(mu_);
+      if (auto it = pending_.find(name); it != pending_.end()) {
+        it->second.state->finish(std::make_exception_ptr(Error("saker: " + report)));
+        pending_.erase(it);
+        std::erase(order_, name);
+      }
+    }
+  }
+  std::erase_if(partial_since_, [&](const auto& kv) { return !holders.count(kv.first); });
+}
+
+void FusionEngine::reduce_group(const std::vector<std::pair<std::string, Entry>>& group, Transport t) {
+  Core& core = *comm_.fusion;
+  const Entry& first = group.front().second;
+  std::size_t es = size_of(first.type);
+  std::string names;
+  for (const auto& g : group) names += (names.empty() ? "" : ",") + g.first;
+  std::string args = "{\"tensors\":" + json::quote(names) + "}";
+  try {
+    if (group.size() == 1) {
+      Timeline::Scope s(comm_.timeline.get(), "allreduce " + group[0].first, "op", kTidFusion, args);
+      core.allreduce(first.data, first.count, first.type, first.op, t);
+    } else {
+      // Segment-major layout: segment j of the fused buffer holds segment j of every
+      // tensor, so each element is reduced in the same order as an unfused call, and
+      // results do not depend on which tensors happened to be fused together.
+      int parts = core.ring_size(t);
+      std::vector<std::vector<std::size_t>> splits;
+      std::size_t total = 0;
+      for (const auto& g : group) {
+        splits.push_back(Ring::even_split(g.second.count, parts));
+        total += g.second.count;
+      }
+      if (buffer_.size() < total * es) buffer_.resize(total * es);
+      std::vector<std::size_t> segs{0};
+      auto walk = [&](bool pack) {
+        std::size_t off = 0;
+        for (int j = 0; j < parts; ++j) {
+          for (std::size_t k = 0; k < group.size(); ++k) {
+            std::size_t b = splits[k][static_cast<std::size_t>(j)], e = splits[k][static_cast<std::size_t>(j) + 1];
+            char* user = static_cast<char*>(group[k].second.data) + b * es;
+            if (pack) std::memcpy(buffer_.data() + off * es, user, (e - b) * es);
+            else std::memcpy(user, buffer_.data() + off * es, (e - b) * es);
+            off += e - b;
+          }
+          if (pack) segs.push_back(off);
+        }
+      };
+      {
+        Timeline::Scope s(comm_.timeline.get(), "fuse", "fuse", kTidFusion, args);
+        walk(true);
+      }
+      {
+        Timeline::Scope s(comm_.timeline.get(), "allreduce fused", "op", kTidFusion, args);
+        core.allreduce(buffer_.data(), total, first.type, first.op, t, parts > 1 ? segs : std::vector<std::size_t>{});
+      }
+      Timeline::Scope s(comm_.timeline.get(), "unfuse", "fuse", kTidFusion, args);
+      walk(false);
+    }
+  } catch (...) {
+    for (const auto& g : group) g.second.state->finish(std::current_exception());
+    throw;  // the links are broken: stop the fusion thread
+  }
+  for (const auto& g : group) g.second.state->finish();
+}
+
+}  // namespace saker::comm

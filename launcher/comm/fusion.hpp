@@ -1,0 +1,47 @@
+// Tensor fusion: named allreduces submitted in any order, matched by name across
+// ranks by a background thread, packed into a fusion buffer and reduced together.
+// Names submitted by some ranks and not others produce a stall report (which rank is
+// missing which tensor), then fail.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "launcher/comm/impl.hpp"
+
+namespace saker::comm {
+
+class FusionEngine {
+ public:
+  explicit FusionEngine(Communicator::Impl& comm);
+  ~FusionEngine();  // stops once every rank has asked to stop (bounded by the timeout)
+  Handle enqueue(const std::string& name, void* data, std::size_t count, DataType type, ReduceOp op);
+
+ private:
+  struct Entry {
+    void* data;
+    std::size_t count;
+    DataType type;
+    ReduceOp op;
+    std::shared_ptr<Handle::State> state;
+  };
+  void loop();
+  void cycle();
+  void fail_all(std::exception_ptr e);
+  void reduce_group(const std::vector<std::pair<std::string, Entry>>& group, Transport t);
+
+  Communicator::Impl& comm_;
+  std::mutex mu_;
+  std::map<std::string, Entry> pending_;
+  std::vector<std::string> order_;  // submission order of pending names
+  bool stop_ = false;
+  std::atomic<bool> finished_{false};
+  std::map<std::string, std::chrono::steady_clock::time_point> partial_since_;
+  std::map<std::string, bool> warned_;
+  std::vector<char> buffer_;
+  std::thread thread_;
+};
+
+}  // namespace saker::comm

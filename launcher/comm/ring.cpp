@@ -1,0 +1,139 @@
+#include "launcher/comm/ring.hpp"
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "common/error.hpp"
+#include "launcher/comm/reduce.hpp"
+
+namespace saker::comm {
+
+Ring::Ring(Mesh& mesh, std::vector<int> members, int channel, std::size_t chunk_bytes)
+    : mesh_(mesh), members_(std::move(members)), channel_(channel), chunk_(std::max<std::size_t>(chunk_bytes, 4096)) {
+  auto it = std::find(members_.begin(), members_.end(), mesh.rank());
+  SAKER_ASSERT(it != members_.end(), "ring built on a rank outside it");
+  index_ = static_cast<int>(it - members_.begin());
+}
+
+std::vector<std::size_t> Ring::even_split(std::size_t count, int parts) {
+  std::vector<std::size_t> seg(static_cast<std::size_t>(parts) + 1, 0);
+  std::size_t base = count / static_cast<std::size_t>(parts), extra = count % static_cast<std::size_t>(parts);
+  for (int i = 0; i < parts; ++i)
+    seg[static_cast<std::size_t>(i) + 1] = seg[static_cast<std::size_t>(i)] + base + (static_cast<std::size_t>(i) < extra ? 1 : 0);
+  return seg;
+}
+
+void Ring::exchange(const void* sbuf, std::size_t slen, void* rbuf, std::size_t rlen, std::size_t elem,
+                    const std::function<void(std::size_t, std::size_t)>& on_chunk, bool forward,
+                    const char* during) {
+  int n = size();
+  int next = members_[static_cast<std::size_t>((index_ + 1) % n)];
+  int prev = members_[static_cast<std::size_t>((index_ + n - 1) % n)];
+  int sfd = slen > 0 ? mesh_.link(next, channel_) : -1;
+  int rfd = rlen > 0 ? mesh_.link(prev, channel_) : -1;
+  const char* sp = static_cast<const char*>(sbuf);
+  char* rp = static_cast<char*>(rbuf);
+  std::size_t sent = 0, got = 0, reduced = 0;
+  // Chunks hold whole elements so that a chunk can be reduced on its own.
+  std::size_t chunk = std::max(elem, chunk_ / elem * elem);
+  auto deadline = net::deadline_in(mesh_.timeout());
+  while (sent < slen || got < rlen) {
+    bool progress = false;
+    std::size_t send_limit = forward ? std::min(got, slen) : slen;
+    if (sent < send_limit) {
+      ssize_t k = ::send(sfd, sp + sent, std::min(send_limit - sent, chunk), MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (k > 0) { sent += static_cast<std::size_t>(k); progress = true; }
+      else if (k < 0 && errno != EAGAIN && errno != EINTR)
+        mesh_.fail(during, mesh_.who(next) + " failed while we were sending: " + std::strerror(errno) +
+                               " (it exited or was killed)");
+    }
+    if (got < rlen) {
+      ssize_t k = ::recv(rfd, rp + got, std::min(rlen - got, chunk), MSG_DONTWAIT);
+      if (k > 0) { got += static_cast<std::size_t>(k); progress = true; }
+      else if (k == 0)
+        mesh_.fail(during, mesh_.who(prev) + " closed the connection while we were receiving (it exited or was killed)");
+      else if (errno != EAGAIN && errno != EINTR)
+        mesh_.fail(during, mesh_.who(prev) + " failed while we were receiving: " + std::strerror(errno));
+      // Reduce every whole chunk that has arrived while later ones are in flight.
+      std::size_t ready = got == rlen ? got : got / chunk * chunk;
+      if (on_chunk && ready > reduced) {
+        on_chunk(reduced, ready - reduced);
+        reduced = ready;
+      }
+    }
+    if (progress) { deadline = net::deadline_in(mesh_.timeout()); continue; }
+    pollfd fds[3];
+    int nf = 0;
+    if (sent < send_limit) fds[nf++] = {sfd, POLLOUT, 0};
+    if (got < rlen) fds[nf++] = {rfd, POLLIN, 0};
+    fds[nf++] = {mesh_.abort_fd(), POLLIN, 0};
+    poll(fds, static_cast<nfds_t>(nf), net::poll_ms(deadline));
+    mesh_.check_abort(during);
+    if (net::Clock::now() >= deadline) {
+      int culprit = got < rlen ? prev : next;
+      mesh_.fail(during, mesh_.who(culprit) + " did not answer within " + std::to_string(mesh_.timeout().count()) +
+                             " ms (hung, stopped or unreachable; raise SAKER_COMM_TIMEOUT if it is only slow)");
+    }
+  }
+}
+
+void Ring::allreduce(void* data, std::size_t count, DataType type, ReduceOp op, std::vector<std::size_t> seg) {
+  int n = size();
+  if (n == 1 || count == 0) return;
+  if (seg.empty()) seg = even_split(count, n);
+  SAKER_ASSERT(seg.size() == static_cast<std::size_t>(n) + 1 && seg.back() == count, "bad ring segments");
+  std::size_t es = size_of(type);
+  std::size_t max_seg = 0;
+  for (int i = 0; i < n; ++i) max_seg = std::max(max_seg, seg[static_cast<std::size_t>(i) + 1] - seg[static_cast<std::size_t>(i)]);
+  if (tmp_.size() < max_seg * es) tmp_.resize(max_seg * es);
+  char* base = static_cast<char*>(data);
+  auto at = [&](int s) { return base + seg[static_cast<std::size_t>(s)] * es; };
+  auto len = [&](int s) { return (seg[static_cast<std::size_t>(s) + 1] - seg[static_cast<std::size_t>(s)]) * es; };
+  auto mod = [n](int x) { return ((x % n) + n) % n; };
+  // Reduce-scatter: after n-1 steps this rank holds the full result of segment index+1.
+  for (int s = 0; s < n - 1; ++s) {
+    int send_seg = mod(index_ - s), recv_seg = mod(index_ - s - 1);
+    char* dst = at(recv_seg);
+    exchange(at(send_seg), len(send_seg), tmp_.data(), len(recv_seg), es,
+             [&](std::size_t off, std::size_t l) { reduce::accumulate(dst + off, tmp_.data() + off, l / es, type, op); },
+             false, "allreduce");
+  }
+  // Allgather: pass the finished segments around.
+  for (int s = 0; s < n - 1; ++s) {
+    int send_seg = mod(index_ - s + 1), recv_seg = mod(index_ - s);
+    exchange(at(send_seg), len(send_seg), at(recv_seg), len(recv_seg), es, nullptr, false, "allreduce");
+  }
+}
+
+void Ring::allgather(const void* send, void* recv, std::size_t bytes) {
+  int n = size();
+  char* out = static_cast<char*>(recv);
+  if (out + static_cast<std::size_t>(index_) * bytes != send)
+    std::memmove(out + static_cast<std::size_t>(index_) * bytes, send, bytes);
+  if (n == 1) return;
+  auto mod = [n](int x) { return ((x % n) + n) % n; };
+  for (int s = 0; s < n - 1; ++s) {
+    std::size_t send_slot = static_cast<std::size_t>(mod(index_ - s)), recv_slot = static_cast<std::size_t>(mod(index_ - s - 1));
+    exchange(out + send_slot * bytes, bytes, out + recv_slot * bytes, bytes, 1, nullptr, false, "allgather");
+  }
+}
+
+void Ring::broadcast(void* data, std::size_t bytes, int root_index) {
+  int n = size();
+  if (n == 1 || bytes == 0) return;
+  int pos = ((index_ - root_index) % n + n) % n;  // distance from the root along the ring
+  bool sends = pos < n - 1, receives = pos > 0;
+  exchange(data, sends ? bytes : 0, data, receives ? bytes : 0, 1, nullptr, receives, "broadcast");
+}
+
+void Ring::barrier() {
+  std::vector<char> flags(static_cast<std::size_t>(size()), 1);
+  char mine = 1;
+  allgather(&mine, flags.data(), 1);
+}
+
+}  // namespace saker::comm

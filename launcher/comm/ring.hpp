@@ -1,0 +1,51 @@
+// Ring algorithms over TCP links: allreduce as reduce-scatter then allgather, chunked
+// and pipelined (a chunk is reduced as soon as it has arrived while the next ones are
+// still in flight); allgather; pipelined broadcast along the ring.
+//
+// The ring is any ordered subset of ranks (all ranks, or one leader per node).
+// Segment boundaries decide the reduction order of each element, so callers that
+// must be bitwise reproducible pass boundaries that do not depend on timing.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "launcher/comm/mesh.hpp"
+#include "saker/comm.hpp"
+
+namespace saker::comm {
+
+class Ring {
+ public:
+  Ring(Mesh& mesh, std::vector<int> members, int channel, std::size_t chunk_bytes);
+
+  int size() const { return static_cast<int>(members_.size()); }
+  int index() const { return index_; }
+
+  // seg: size()+1 element offsets (seg[0] = 0, seg.back() = count); empty: even split.
+  void allreduce(void* data, std::size_t count, DataType type, ReduceOp op, std::vector<std::size_t> seg = {});
+  void allgather(const void* send, void* recv, std::size_t bytes);
+  void broadcast(void* data, std::size_t bytes, int root_index);
+  void barrier();
+
+  static std::vector<std::size_t> even_split(std::size_t count, int parts);
+
+ private:
+  // Sends sbuf to the next rank while receiving rbuf from the previous one. With
+  // forward, the send side may only send what has been received (broadcast relay).
+  // on_chunk(offset, len) runs on every newly received whole chunk (and the tail).
+  void exchange(const void* sbuf, std::size_t slen, void* rbuf, std::size_t rlen, std::size_t elem,
+                const std::function<void(std::size_t, std::size_t)>& on_chunk, bool forward,
+                const char* during);
+
+  Mesh& mesh_;
+  std::vector<int> members_;
+  int index_ = 0;
+  int channel_;
+  std::size_t chunk_;
+  std::vector<char> tmp_;
+};
+
+}  // namespace saker::comm

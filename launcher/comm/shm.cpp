@@ -1,0 +1,138 @@
+#include "launcher/comm/shm.hpp"
+
+#include <fcntl.h>
+#include <immintrin.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include "common/error.hpp"
+#include "launcher/comm/reduce.hpp"
+
+namespace saker::comm {
+namespace {
+
+constexpr std::size_t kLine = 64;
+constexpr std::size_t kMaxLocal = 256;
+
+struct alignas(kLine) Flag {
+  std::atomic<std::uint64_t> phase;
+  char pad[kLine - sizeof(std::atomic<std::uint64_t>)];
+};
+
+std::size_t header_bytes() { return kMaxLocal * sizeof(Flag); }
+
+}  // namespace
+
+ShmGroup::ShmGroup(Mesh& mesh, std::vector<int> members, const std::string& name, std::size_t slot_bytes)
+    : mesh_(mesh), members_(std::move(members)), name_(name), slot_bytes_(slot_bytes / kLine * kLine) {
+  auto it = std::find(members_.begin(), members_.end(), mesh.rank());
+  SAKER_ASSERT(it != members_.end(), "shm group built on a rank outside it");
+  if (members_.size() > kMaxLocal)
+    throw Error(explain("too many ranks on one node for the shared-memory path (" + std::to_string(members_.size()) + ")",
+                        "the segment has room for 256", "set SAKER_COMM_TRANSPORT=ring"));
+  index_ = static_cast<int>(it - members_.begin());
+  map_bytes_ = header_bytes() + 2 * members_.size() * slot_bytes_;
+  int fd = shm_open(name_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0 || ftruncate(fd, static_cast<off_t>(map_bytes_)) != 0) {
+    int err = errno;
+    if (fd >= 0) close(fd);
+    throw Error(explain("cannot create the shared-memory segment /dev/shm" + name_, std::strerror(err),
+                        "check free space in /dev/shm, or set SAKER_COMM_TRANSPORT=ring"));
+  }
+  void* p = mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED)
+    throw Error(explain("cannot map /dev/shm" + name_, std::strerror(errno), "set SAKER_COMM_TRANSPORT=ring"));
+  base_ = static_cast<char*>(p);
+}
+
+ShmGroup::~ShmGroup() {
+  if (base_) munmap(base_, map_bytes_);
+  if (!unlinked_ && index_ == 0) shm_unlink(name_.c_str());
+}
+
+void ShmGroup::unlink() {
+  if (index_ == 0 && !unlinked_) shm_unlink(name_.c_str());
+  unlinked_ = true;
+}
+
+char* ShmGroup::slot(int set, int who) const {
+  return base_ + header_bytes() + (static_cast<std::size_t>(set) * members_.size() + static_cast<std::size_t>(who)) * slot_bytes_;
+}
+
+void ShmGroup::barrier(const char* during) {
+  auto* flags = reinterpret_cast<Flag*>(base_);
+  ++phase_;
+  flags[index_].phase.store(phase_, std::memory_order_release);
+  auto deadline = net::deadline_in(mesh_.timeout());
+  for (int j = 0; j < size(); ++j) {
+    std::uint64_t spins = 0;
+    while (flags[j].phase.load(std::memory_order_acquire) < phase_) {
+      ++spins;
+      if (spins < 4096) { _mm_pause(); continue; }
+      sched_yield();  // oversubscribed nodes: let the peer run
+      if (spins % 256 != 0) continue;
+      mesh_.check_abort(during);
+      int peer = members_[static_cast<std::size_t>(j)];
+      int pid = mesh_.peer(peer).pid;
+      if (pid > 0 && pid != getpid() && kill(pid, 0) != 0 && errno == ESRCH)
+        mesh_.fail(during, mesh_.who(peer) + " exited (process " + std::to_string(pid) + " is gone)");
+      if (net::Clock::now() >= deadline)
+        mesh_.fail(during, mesh_.who(peer) + " did not answer within " + std::to_string(mesh_.timeout().count()) +
+                               " ms (hung or stopped; raise SAKER_COMM_TIMEOUT if it is only slow)");
+    }
+  }
+}
+
+void ShmGroup::allreduce(void* data, std::size_t count, DataType type, ReduceOp op) {
+  int n = size();
+  if (n == 1 || count == 0) return;
+  std::size_t es = size_of(type);
+  std::size_t piece_elems = slot_bytes_ / es;
+  char* out = static_cast<char*>(data);
+  std::vector<const void*> ins(static_cast<std::size_t>(n));
+  for (std::size_t done = 0; done < count; done += piece_elems) {
+    std::size_t m = std::min(piece_elems, count - done);
+    char* piece = out + done * es;
+    std::memcpy(slot(set_, index_), piece, m * es);
+    barrier("allreduce");
+    // My part of this piece, reduced from every slot in rank order.
+    std::size_t part = (m + static_cast<std::size_t>(n) - 1) / static_cast<std::size_t>(n);
+    auto part_range = [&](int i) {
+      std::size_t b = std::min(m, part * static_cast<std::size_t>(i));
+      return std::make_pair(b, std::min(m, b + part));
+    };
+    auto [b, e] = part_range(index_);
+    if (e > b) {
+      for (int j = 0; j < n; ++j) ins[static_cast<std::size_t>(j)] = slot(set_, j) + b * es;
+      reduce::combine(slot(set_, index_) + b * es, ins.data(), n, e - b, type, op);
+    }
+    barrier("allreduce");
+    for (int j = 0; j < n; ++j) {
+      auto [bj, ej] = part_range(j);
+      if (ej > bj) std::memcpy(piece + bj * es, slot(set_, j) + bj * es, (ej - bj) * es);
+    }
+    set_ ^= 1;  // the next piece uses the other slots: no third barrier needed
+  }
+}
+
+void ShmGroup::broadcast(void* data, std::size_t bytes, int root_index) {
+  if (size() == 1 || bytes == 0) return;
+  char* p = static_cast<char*>(data);
+  for (std::size_t done = 0; done < bytes; done += slot_bytes_) {
+    std::size_t m = std::min(slot_bytes_, bytes - done);
+    if (index_ == root_index) std::memcpy(slot(set_, root_index), p + done, m);
+    barrier("broadcast");
+    if (index_ != root_index) std::memcpy(p + done, slot(set_, root_index), m);
+    set_ ^= 1;  // a slot set is rewritten two pieces later, after the next barrier
+  }
+}
+
+}  // namespace saker::comm

@@ -1,0 +1,52 @@
+// Allreduce and broadcast among the ranks of one node through a /dev/shm segment.
+//
+// Each rank owns a slot; data moves in pieces of one slot (double-buffered so only two
+// barriers are needed per piece). Rank i reduces part i of every piece from all slots
+// in rank order 0..n-1 (fixed, so results are reproducible and independent of
+// timing), and everyone copies the finished parts back. Waits busy-poll briefly (a
+// blocking wake-up costs ~50 us), then yield, and watch the deadline, abort notices
+// and whether the peer's process still exists.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "launcher/comm/mesh.hpp"
+#include "saker/comm.hpp"
+
+namespace saker::comm {
+
+class ShmGroup {
+ public:
+  // members: global ranks on this node in local order; name: unique per session+node.
+  ShmGroup(Mesh& mesh, std::vector<int> members, const std::string& name, std::size_t slot_bytes);
+  ~ShmGroup();
+  ShmGroup(const ShmGroup&) = delete;
+  ShmGroup& operator=(const ShmGroup&) = delete;
+
+  int size() const { return static_cast<int>(members_.size()); }
+  int index() const { return index_; }
+  // Removes the name from /dev/shm (the mapping stays); call once everyone mapped it.
+  void unlink();
+
+  void allreduce(void* data, std::size_t count, DataType type, ReduceOp op);
+  void broadcast(void* data, std::size_t bytes, int root_index);
+
+ private:
+  void barrier(const char* during);
+  char* slot(int set, int who) const;
+
+  Mesh& mesh_;
+  std::vector<int> members_;
+  int index_ = 0;
+  std::string name_;
+  std::size_t slot_bytes_;
+  std::size_t map_bytes_ = 0;
+  char* base_ = nullptr;
+  std::uint64_t phase_ = 0;
+  int set_ = 0;
+  bool unlinked_ = false;
+};
+
+}  // namespace saker::comm

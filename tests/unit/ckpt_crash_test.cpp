@@ -1,0 +1,87 @@
+// Crash consistency: a child process saves in a loop and is killed with SIGKILL at 200
+// random moments. After every kill the newest loadable checkpoint must be intact and no
+// older than the last one the child reported as saved.
+#include <catch2/catch.hpp>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <random>
+
+#include "ckpt/commit.hpp"
+#include "ckpt_test_util.hpp"
+#include "common/log.hpp"
+
+using namespace saker::ckpt;
+using namespace saker::ckpt::testing;
+
+namespace {
+
+constexpr std::size_t kFloats = 64 * 1024;  // 256 KiB per checkpoint: wide windows to be killed in
+
+[[noreturn]] void child_loop(const std::filesystem::path& dir, int report_fd) {
+  try {
+    Options o;
+    o.keep_last = 2;
+    Checkpointer ck(dir, o);
+    auto latest = ck.load_latest();
+    std::uint64_t step = latest ? latest->state.step : 0;
+    for (;;) {
+      ck.save(make_state(++step, kFloats));
+      if (::write(report_fd, &step, sizeof step) != sizeof step) ::_exit(3);
+    }
+  } catch (...) {
+    ::_exit(2);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("SIGKILL at 200 random moments never leaves a bad newest checkpoint", "[ckpt][crash]") {
+  TempDir dir;
+  saker::log::set_level(saker::log::Level::warn);
+  std::mt19937_64 rng(20240611);
+  std::uint64_t reported = 0;  // newest step a child said it saved
+  std::uint64_t seen = 0;      // newest step we loaded after a kill
+  int kills_mid_save = 0;
+  for (int i = 0; i < 200; ++i) {
+    int fds[2];
+    REQUIRE(::pipe2(fds, O_CLOEXEC) == 0);
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      ::close(fds[0]);
+      child_loop(dir.path(), fds[1]);
+    }
+    ::close(fds[1]);
+    ::usleep(static_cast<useconds_t>(rng() % 40000));
+    ::kill(pid, SIGKILL);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    INFO("kill " << i);
+    REQUIRE((WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL));
+    std::uint64_t step = 0;
+    while (::read(fds[0], &step, sizeof step) == sizeof step) reported = std::max(reported, step);
+    ::close(fds[0]);
+
+    // Anything the dead child left half-written is cleaned up by the next writer.
+    Checkpointer probe(dir.path());
+    for (const auto& e : std::filesystem::directory_iterator(dir.path()))
+      REQUIRE_FALSE(commit::is_temp_name(e.path().filename().string()));
+    auto got = probe.load_latest();
+    if (reported == 0 && !got) continue;  // killed before the first save committed
+    REQUIRE(got);
+    CHECK(got->rejected.empty());
+    REQUIRE(got->state.step >= reported);
+    REQUIRE(got->state.step >= seen);
+    if (got->state.step > reported) ++kills_mid_save;  // committed, killed before reporting
+    seen = got->state.step;
+    const State expect = make_state(seen, kFloats);
+    for (const Tensor& t : expect.tensors) REQUIRE(same_bytes(*got->state.find(t.name), t));
+    REQUIRE(got->state.rng_state == expect.rng_state);
+  }
+  saker::log::set_level(saker::log::Level::info);
+  CHECK(seen > 50);  // the children made real progress between kills
+  WARN("200 kills, newest step " << seen << ", " << kills_mid_save << " kills after a commit, before the child reported it");
+}

@@ -1,0 +1,167 @@
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+
+#include "comm_test_support.hpp"
+#include "launcher/comm/reduce.hpp"
+
+using namespace saker::comm;
+using saker::comm::test::Failures;
+using saker::comm::test::run_ranks;
+
+namespace {
+
+// Small integers: exact in every type, so any reduction order gives the reference.
+double value(int rank, std::size_t i) { return static_cast<double>((i * 7 + static_cast<std::size_t>(rank) * 3) % 11) - 5; }
+
+void put(void* p, std::size_t i, DataType t, double v) {
+  switch (t) {
+    case DataType::f32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
+    case DataType::f64: static_cast<double*>(p)[i] = v; break;
+    case DataType::i32: static_cast<std::int32_t*>(p)[i] = static_cast<std::int32_t>(v); break;
+    case DataType::i64: static_cast<std::int64_t*>(p)[i] = static_cast<std::int64_t>(v); break;
+    case DataType::f16: static_cast<unsigned short*>(p)[i] = reduce::float_to_half(static_cast<float>(v)); break;
+    case DataType::bf16: static_cast<unsigned short*>(p)[i] = reduce::float_to_bf16(static_cast<float>(v)); break;
+  }
+}
+
+double reference(int n, std::size_t i, DataType t, ReduceOp op) {
+  double acc = value(0, i);
+  for (int r = 1; r < n; ++r) {
+    double v = value(r, i);
+    acc = op == ReduceOp::min ? std::min(acc, v) : op == ReduceOp::max ? std::max(acc, v) : acc + v;
+  }
+  if (op != ReduceOp::avg) return acc;
+  if (t == DataType::i32 || t == DataType::i64) return static_cast<double>(static_cast<std::int64_t>(acc) / n);
+  std::vector<char> tmp(8);
+  put(tmp.data(), 0, t, acc);
+  reduce::scale_for_avg(tmp.data(), 1, t, n);
+  switch (t) {
+    case DataType::f32: return *reinterpret_cast<float*>(tmp.data());
+    case DataType::f64: return *reinterpret_cast<double*>(tmp.data());
+    case DataType::f16: return reduce::half_to_float(*reinterpret_cast<unsigned short*>(tmp.data()));
+    default: return reduce::bf16_to_float(*reinterpret_cast<unsigned short*>(tmp.data()));
+  }
+}
+
+double get(const void* p, std::size_t i, DataType t) {
+  switch (t) {
+    case DataType::f32: return static_cast<const float*>(p)[i];
+    case DataType::f64: return static_cast<const double*>(p)[i];
+    case DataType::i32: return static_cast<const std::int32_t*>(p)[i];
+    case DataType::i64: return static_cast<double>(static_cast<const std::int64_t*>(p)[i]);
+    case DataType::f16: return reduce::half_to_float(static_cast<const unsigned short*>(p)[i]);
+    case DataType::bf16: return reduce::bf16_to_float(static_cast<const unsigned short*>(p)[i]);
+  }
+  return 0;
+}
+
+const DataType kTypes[] = {DataType::f32, DataType::f64, DataType::f16, DataType::bf16, DataType::i32, DataType::i64};
+const ReduceOp kOps[] = {ReduceOp::sum, ReduceOp::min, ReduceOp::max, ReduceOp::avg};
+
+void check_allreduce_everything(int n, Transport t, std::vector<std::string> nodes) {
+  run_ranks(n, [&](Communicator& c, Failures& f) {
+    c.set_transport(t);
+    // 0, fewer elements than ranks, non-divisible, several ring chunks, several shm slots.
+    for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{3}, std::size_t{1001}, std::size_t{70003}})
+      for (DataType type : kTypes)
+        for (ReduceOp op : kOps) {
+          std::vector<char> buf(count * size_of(type) + 1);
+          for (std::size_t i = 0; i < count; ++i) put(buf.data(), i, type, value(c.rank(), i));
+          c.allreduce(buf.data(), count, type, op);
+          for (std::size_t i = 0; i < count; ++i)
+            if (get(buf.data(), i, type) != reference(n, i, type, op)) {
+              f.add(std::string(name_of(t)) + " n=" + std::to_string(n) + " " + name_of(type) + " " + name_of(op) +
+                    " count=" + std::to_string(count) + " i=" + std::to_string(i) + ": got " +
+                    std::to_string(get(buf.data(), i, type)) + " want " + std::to_string(reference(n, i, type, op)));
+              break;
+            }
+        }
+    // One large fp32 buffer crosses many shm slots and ring chunks.
+    std::vector<float> big(1'500'007);
+    for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(value(c.rank(), i));
+    c.allreduce(big.data(), big.size(), DataType::f32);
+    for (std::size_t i = 0; i < big.size(); i += 9973)
+      if (big[i] != reference(n, i, DataType::f32, ReduceOp::sum)) { f.add("big buffer wrong at " + std::to_string(i)); break; }
+  }, test::quick_options(), nodes);
+}
+
+}  // namespace
+
+TEST_CASE("allreduce: every op, type and size against the reference, every transport", "[comm][allreduce]") {
+  for (int n = 1; n <= 4; ++n) {
+    INFO("world size " << n);
+    check_allreduce_everything(n, Transport::ring, {});
+    check_allreduce_everything(n, Transport::shm, {});
+    std::vector<std::string> two_nodes;
+    for (int r = 0; r < n; ++r) two_nodes.push_back(r < (n + 1) / 2 ? "a" : "b");
+    check_allreduce_everything(n, Transport::hierarchical, two_nodes);
+  }
+  // Uneven nodes (2 + 1 + 2 ranks) and automatic choice.
+  check_allreduce_everything(5, Transport::automatic, {"a", "a", "b", "c", "c"});
+}
+
+TEST_CASE("automatic transport follows placement", "[comm][allreduce]") {
+  run_ranks(2, [](Communicator& c, Failures& f) { if (c.transport() != Transport::shm) f.add("one node: not shm"); });
+  run_ranks(2, [](Communicator& c, Failures& f) { if (c.transport() != Transport::ring) f.add("one per node: not ring"); },
+            test::quick_options(), {"a", "b"});
+  run_ranks(3, [](Communicator& c, Failures& f) {
+    if (c.transport() != Transport::hierarchical) f.add("mixed: not hierarchical");
+    if (c.node_count() != 2 || c.local_size() != (c.rank() < 2 ? 2 : 1)) f.add("topology wrong");
+  }, test::quick_options(), {"a", "a", "b"});
+}
+
+TEST_CASE("broadcast, allgather, barrier and async calls", "[comm][collectives]") {
+  for (int n = 1; n <= 4; ++n) {
+    run_ranks(n, [n](Communicator& c, Failures& f) {
+      for (int root = 0; root < n; ++root)
+        for (std::size_t bytes : {std::size_t{0}, std::size_t{5}, std::size_t{3'000'001}}) {
+          std::vector<char> buf(bytes, static_cast<char>(c.rank() == root ? 'r' : 'x'));
+          if (bytes) buf[bytes - 1] = static_cast<char>(c.rank() == root ? 'e' : 'x');
+          c.broadcast(buf.data(), bytes, root);
+          if (bytes && (buf[0] != 'r' || buf[bytes - 1] != 'e')) f.add("broadcast from " + std::to_string(root));
+        }
+      std::vector<std::int32_t> mine(3, c.rank()), all(static_cast<std::size_t>(3 * n), -1);
+      c.allgather(mine.data(), all.data(), 3 * sizeof(std::int32_t));
+      for (int r = 0; r < n; ++r)
+        if (all[static_cast<std::size_t>(3 * r + 2)] != r) f.add("allgather slot " + std::to_string(r));
+      c.barrier();
+      // Async calls complete in order; a sync call after them sees their effects.
+      std::vector<float> a(1000, 1.0f), b(77, 2.0f);
+      Handle ha = c.allreduce_async(a.data(), a.size(), DataType::f32);
+      Handle hb = c.allreduce_async(b.data(), b.size(), DataType::f32, ReduceOp::max);
+      Handle hc = c.barrier_async();
+      std::int64_t x = c.rank();
+      c.allreduce(&x, 1, DataType::i64);
+      hb.wait();
+      ha.wait();
+      hc.wait();
+      if (!ha.done() || a[999] != static_cast<float>(n) || b[0] != 2.0f || x != n * (n - 1) / 2) f.add("async results");
+    });
+  }
+}
+
+TEST_CASE("allreduce is bitwise reproducible for a fixed world size", "[comm][determinism]") {
+  auto run = [](Transport t, std::vector<std::string> nodes) {
+    std::vector<std::vector<float>> results(3);
+    run_ranks(3, [&](Communicator& c, Failures&) {
+      c.set_transport(t);
+      std::mt19937 rng(1234 + static_cast<unsigned>(c.rank()));
+      std::normal_distribution<float> d(0.0f, 1e3f);
+      std::vector<float> v(100'003);
+      for (auto& x : v) x = d(rng);
+      c.allreduce(v.data(), v.size(), DataType::f32);
+      results[static_cast<std::size_t>(c.rank())] = v;
+    }, test::quick_options(), nodes);
+    return results;
+  };
+  for (Transport t : {Transport::ring, Transport::shm, Transport::hierarchical}) {
+    std::vector<std::string> nodes = t == Transport::hierarchical ? std::vector<std::string>{"a", "a", "b"} : std::vector<std::string>{};
+    auto first = run(t, nodes), second = run(t, nodes);
+    INFO(name_of(t));
+    CHECK(std::memcmp(first[0].data(), second[0].data(), first[0].size() * 4) == 0);
+    CHECK(std::memcmp(first[0].data(), first[2].data(), first[0].size() * 4) == 0);  // every rank agrees
+  }
+}

@@ -1,0 +1,61 @@
+// Runs N ranks as threads over the in-memory store. Catch's macros are not
+// thread-safe, so ranks record failures and the test thread checks them.
+#pragma once
+
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "saker/comm.hpp"
+
+namespace saker::comm::test {
+
+struct Failures {
+  std::mutex mu;
+  std::vector<std::string> items;
+  void add(const std::string& s) {
+    std::lock_guard lock(mu);
+    if (items.size() < 20) items.push_back(s);
+  }
+  std::string text() {
+    std::string out;
+    for (auto& s : items) out += s + "\n";
+    return out;
+  }
+};
+
+inline Options quick_options() {
+  Options o;
+  o.timeout = std::chrono::seconds(10);
+  o.fusion = false;
+  o.ignore_environment = true;
+  return o;
+}
+
+// nodes[r] is rank r's node identity (empty: all on one node). f(comm, failures).
+template <class F>
+void run_ranks(int n, F f, Options o = quick_options(), std::vector<std::string> nodes = {}) {
+  auto store = make_memory_store();
+  Failures failures;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        Placement p;
+        p.rank = r;
+        p.size = n;
+        p.node = nodes.empty() ? "node0" : nodes[static_cast<std::size_t>(r)];
+        p.host = "host-" + p.node;
+        auto comm = Communicator::create(store, p, o);
+        f(*comm, failures);
+      } catch (const std::exception& e) {
+        failures.add("rank " + std::to_string(r) + ": " + e.what());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (!failures.items.empty()) throw std::runtime_error(failures.text());
+}
+
+}  // namespace saker::comm::test
