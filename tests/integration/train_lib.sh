@@ -59,15 +59,15 @@ rank_pid() {
   return 1
 }
 
-# release_requeued JOB: waits until the requeued job is PENDING, echoes that moment, and
-# lifts Slurm's requeue hold (BeginTime) so the test does not wait for it.
+# release_requeued JOB: waits until the requeued job is PENDING and echoes that moment.
+# Slurm holds a requeued job for cred_expire (+1) seconds; lifting the hold early
+# (StartTime=now) makes slurmd refuse the batch launch ("Job credential revoked") and
+# the job FAILS, so the tests wait the hold out and leave it out of the recovery time.
 release_requeued() {
-  local job=$1 t
+  local job=$1
   it_wait_for 60 "job $job pending after its requeue" \
     bash -c "squeue -h -j $job -o %T | grep -qx PENDING"
-  t=$(now)
-  scontrol update jobid="$job" StartTime=now >/dev/null 2>&1 || true
-  echo "$t"
+  now
 }
 
 # recovery_seconds OUT T_FAIL [T_PENDING]: seconds from the failure to the first step after
