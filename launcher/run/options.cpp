@@ -1,0 +1,83 @@
+#include "launcher/run/options.hpp"
+
+#include <boost/program_options.hpp>
+#include <cstring>
+#include <sstream>
+
+#include "common/error.hpp"
+
+namespace po = boost::program_options;
+
+namespace saker::run {
+
+RunOptions parse_run_options(int argc, const char* const* argv, std::string* help_text) {
+  RunOptions o;
+  po::options_description visible(
+      "Usage: saker-run [OPTIONS] -- PROGRAM [ARGS...]\n"
+      "       saker-run --local -n N [OPTIONS] -- PROGRAM [ARGS...]\n\n"
+      "Launches PROGRAM as the ranks of a training job (srun inside Slurm, N local\n"
+      "processes with --local), exports the rank variables Saker and torch.distributed\n"
+      "read, forwards preemption signals, requeues, and restarts failed steps.\n\nOptions");
+  bool no_requeue = false;
+  visible.add_options()
+      ("help,h", "print this help and exit")
+      ("local", po::bool_switch(&o.local), "run the ranks on this machine, without Slurm")
+      ("ntasks,n", po::value<int>(&o.ntasks)->default_value(1), "number of ranks with --local")
+      ("max-restarts", po::value<int>(&o.max_restarts)->default_value(3),
+       "restarts of a failed step from the latest checkpoint before giving up")
+      ("ckpt-dir", po::value<std::string>(&o.ckpt_dir), "checkpoint directory, exported as SAKER_CKPT_DIR")
+      ("grace", po::value<double>(&o.grace_s)->default_value(60),
+       "seconds to wait for the emergency checkpoint after forwarding a preemption signal")
+      ("timeout", po::value<double>(&o.timeout_s)->default_value(0),
+       "wall-clock seconds one attempt may run before it is killed and counted as failed (0: no limit)")
+      ("master-port", po::value<int>(&o.master_port)->default_value(0),
+       "MASTER_PORT for the ranks (default: a free port, new for each attempt)")
+      ("srun-arg", po::value<std::vector<std::string>>(&o.srun_args)->composing(),
+       "extra argument for srun (repeatable), e.g. --srun-arg=--cpu-bind=cores")
+      ("no-requeue", po::bool_switch(&no_requeue), "on preemption stop instead of running scontrol requeue")
+      ("dry-run", po::bool_switch(&o.dry_run), "print the launch command and environment, run nothing");
+  po::options_description hidden;
+  hidden.add_options()
+      ("exec-rank", po::bool_switch(&o.exec_rank), "internal: set this task's rank variables and exec")
+      ("program", po::value<std::vector<std::string>>(&o.program), "program and arguments");
+  po::options_description all;
+  all.add(visible).add(hidden);
+  po::positional_options_description positional;
+  positional.add("program", -1);
+
+  // Everything after the first "--" is the program, never saker-run's options.
+  int split = argc;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--") == 0) { split = i; break; }
+  }
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(split, argv).options(all).positional(positional).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw Error(explain("bad command line", e.what(), "run saker-run --help"));
+  }
+  for (int i = split + 1; i < argc; ++i) o.program.emplace_back(argv[i]);
+  o.help = vm.count("help") > 0;
+  o.requeue = !no_requeue;
+  if (help_text != nullptr) {
+    std::ostringstream s;
+    s << visible;
+    *help_text = s.str();
+  }
+  if (o.help) return o;
+  if (o.program.empty()) {
+    throw Error(explain("no program to run", "nothing follows the options", "write saker-run [OPTIONS] -- PROGRAM ARGS"));
+  }
+  if (o.ntasks < 1) throw Error(explain("--ntasks " + std::to_string(o.ntasks), "it must be at least 1", "pass -n 2 or more"));
+  if (o.ntasks > 1 && !o.local) {
+    throw Error(explain("-n is only for --local", "inside Slurm the allocation decides the ranks",
+                        "use sbatch --ntasks/--nodes, or add --local"));
+  }
+  if (o.max_restarts < 0) throw Error(explain("--max-restarts is negative", "it counts restarts", "pass 0 or more"));
+  if (o.grace_s < 0 || o.timeout_s < 0) throw Error(explain("--grace/--timeout is negative", "they are durations", "pass 0 or more seconds"));
+  if (o.master_port < 0 || o.master_port > 65535) throw Error(explain("--master-port is out of range", "TCP ports are 1-65535", "pass a free port"));
+  return o;
+}
+
+}  // namespace saker::run

@@ -1,0 +1,38 @@
+// saker-run's command line, parsed by Boost.Program_options into a plain struct.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace saker::run {
+
+// Exit codes of saker-run (documented in saker-run(1)).
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitStepFailed = 1;   // the step failed and every restart is spent
+inline constexpr int kExitUsage = 2;        // bad command line
+inline constexpr int kExitLaunch = 3;       // could not set up the launch (environment, requeue)
+inline constexpr int kExitPreempted = 75;   // preempted: the job was requeued, or (--local) stopped
+inline constexpr int kExitExec = 127;       // --exec-rank could not execute the program
+
+struct RunOptions {
+  bool help = false;
+  bool local = false;           // N ranks here, no Slurm
+  bool exec_rank = false;       // internal: we are one srun task; set rank env and exec
+  bool dry_run = false;         // print what would run
+  bool requeue = true;          // requeue the job on preemption (Slurm mode)
+  int ntasks = 1;               // --local only
+  int max_restarts = 3;
+  double grace_s = 60;          // wait for the emergency checkpoint after forwarding the signal
+  double timeout_s = 0;         // per-attempt limit; 0 = none
+  int master_port = 0;          // 0 = pick a free one per attempt
+  std::string ckpt_dir;
+  std::vector<std::string> srun_args;
+  std::vector<std::string> program;
+};
+
+// Parses argv. `help_text` receives the --help text. Throws saker::Error with a
+// message naming the bad option on a usage error.
+RunOptions parse_run_options(int argc, const char* const* argv, std::string* help_text);
+
+}  // namespace saker::run

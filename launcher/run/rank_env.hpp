@@ -1,0 +1,45 @@
+// The per-rank environment saker-run hands to every rank it starts.
+//
+// Two audiences read it: Saker's collective library (SAKER_* variables) and
+// torch.distributed's env:// rendezvous (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE,
+// LOCAL_RANK, LOCAL_WORLD_SIZE). torchrun would set the latter, but it does not run
+// everywhere (it crashes with Debian's Python here), so saker-run sets them for plain
+// processes. Pure functions over string maps so they are unit-testable without Slurm.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace saker::run {
+
+using Env = std::map<std::string, std::string>;
+
+// Names of the variables saker-run exports (also documented in saker-run(1)).
+inline constexpr const char* kCkptDirEnv = "SAKER_CKPT_DIR";
+inline constexpr const char* kAttemptEnv = "SAKER_RUN_ATTEMPT";
+inline constexpr const char* kPreemptMarkerEnv = "SAKER_PREEMPT_MARKER";
+
+// The process environment as a map.
+Env current_environment();
+
+// Slurm's compact tasks-per-node syntax ("2(x3),1") expanded to one count per node
+// ({2,2,2,1}). Throws saker::Error naming the text when it is malformed.
+std::vector<int> parse_tasks_per_node(const std::string& spec);
+
+// The rank variables of one task started by srun, derived from what srun set in its
+// environment (SLURM_PROCID, SLURM_NTASKS/SLURM_STEP_NUM_TASKS, SLURM_LOCALID,
+// SLURM_NODEID, SLURM_STEP_TASKS_PER_NODE/SLURM_TASKS_PER_NODE). Throws saker::Error
+// naming the missing variable when the task was not started by srun.
+Env rank_env_from_slurm(const Env& task_env);
+
+// The rank variables of rank `rank` of `world` local processes (saker-run --local).
+Env local_rank_env(int rank, int world);
+
+// MASTER_ADDR/MASTER_PORT plus the store address Saker's collective library reads.
+Env rendezvous_env(const std::string& master_addr, int master_port);
+
+// A TCP port that is free on this host right now (bound to port 0, then released).
+int pick_free_port();
+
+}  // namespace saker::run

@@ -1,0 +1,70 @@
+#include "launcher/run/supervisor.hpp"
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstring>
+#include <sstream>
+
+namespace saker::run {
+
+Decision decide(const Policy& policy, const Attempt& last, int restarts_done) {
+  switch (last.outcome) {
+    case Outcome::success:
+      return {Action::finish, "the step completed"};
+    case Outcome::preempted:
+      if (policy.can_requeue) {
+        return {Action::requeue, "preempted (" + last.detail + "): requeueing the job to resume from its checkpoint"};
+      }
+      return {Action::give_up, "preempted (" + last.detail + ") outside a requeueable Slurm job: stopping; "
+                               "run again to resume from the checkpoint"};
+    case Outcome::failed:
+    case Outcome::timed_out:
+      break;
+  }
+  const std::string what = std::string(last.outcome == Outcome::timed_out ? "timed out" : "failed") +
+                           " (" + last.detail + ")";
+  if (restarts_done < policy.max_restarts) {
+    return {Action::restart, "attempt " + std::to_string(last.number) + " " + what + ": restart " +
+                                 std::to_string(restarts_done + 1) + " of " +
+                                 std::to_string(policy.max_restarts) + " from the latest checkpoint"};
+  }
+  return {Action::give_up, "attempt " + std::to_string(last.number) + " " + what + " and all " +
+                               std::to_string(policy.max_restarts) + " restarts are spent (--max-restarts)"};
+}
+
+std::string describe_wait_status(int status) {
+  if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    const char* abbrev = sigabbrev_np(sig);
+    return std::string("killed by ") + (abbrev != nullptr ? std::string("SIG") + abbrev : "signal " + std::to_string(sig));
+  }
+  return "stopped (status " + std::to_string(status) + ")";
+}
+
+const char* outcome_name(Outcome outcome) {
+  switch (outcome) {
+    case Outcome::success: return "success";
+    case Outcome::preempted: return "preempted";
+    case Outcome::failed: return "failed";
+    case Outcome::timed_out: return "timed out";
+  }
+  return "?";
+}
+
+std::string summary(const std::vector<Attempt>& attempts, const Decision& final_decision) {
+  std::ostringstream out;
+  out << "summary: " << attempts.size() << " attempt" << (attempts.size() == 1 ? "" : "s") << "\n";
+  for (const Attempt& a : attempts) {
+    char seconds[32];
+    std::snprintf(seconds, sizeof seconds, "%.1f", a.seconds);
+    out << "  attempt " << a.number << ": " << outcome_name(a.outcome) << " after " << seconds << " s";
+    if (!a.detail.empty()) out << " (" << a.detail << ")";
+    out << "\n";
+  }
+  out << "  result: " << final_decision.reason;
+  return out.str();
+}
+
+}  // namespace saker::run

@@ -1,0 +1,52 @@
+// What saker-run does after each attempt of the step ends: the restart/requeue policy
+// and the summary it prints. Kept free of processes and Slurm so every branch is
+// unit-tested; launcher.cpp feeds it what really happened.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace saker::run {
+
+// Exit code a rank uses to say "I was asked to stop and my emergency checkpoint is
+// committed; requeue me" (EX_TEMPFAIL from sysexits.h).
+inline constexpr int kPreemptedExitCode = 75;
+
+enum class Outcome {
+  success,    // every rank exited 0
+  preempted,  // a preemption signal arrived, or the ranks reported an emergency checkpoint
+  failed,     // a rank exited non-zero or was killed
+  timed_out,  // the attempt ran past --timeout and was killed
+};
+
+struct Attempt {
+  int number = 0;                  // 1-based within this saker-run invocation
+  Outcome outcome = Outcome::failed;
+  std::string detail;              // "rank exited with code 1", "SIGUSR1 received", ...
+  double seconds = 0;              // wall time of the attempt
+};
+
+enum class Action { finish, restart, requeue, give_up };
+
+struct Decision {
+  Action action = Action::give_up;
+  std::string reason;  // one line, logged verbatim
+};
+
+struct Policy {
+  int max_restarts = 3;         // restarts of the step after failures (K)
+  bool can_requeue = false;     // inside a Slurm batch job that may be requeued
+};
+
+// Decides what to do after `last`, given how many restarts were already spent.
+Decision decide(const Policy& policy, const Attempt& last, int restarts_done);
+
+// A short text for a waitpid() status: "exited with code 3", "killed by SIGKILL".
+std::string describe_wait_status(int status);
+
+const char* outcome_name(Outcome outcome);
+
+// The multi-line summary printed when saker-run ends (one line per attempt).
+std::string summary(const std::vector<Attempt>& attempts, const Decision& final_decision);
+
+}  // namespace saker::run

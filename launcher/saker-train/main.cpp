@@ -1,0 +1,141 @@
+// saker-train: the reference data-parallel trainer. `saker-train make-data` writes a
+// synthetic HDF5 dataset; `saker-train [train]` trains an MLP on one, allreducing
+// gradients through libsaker_comm and checkpointing through libsaker_ckpt.
+// All logic lives in launcher/train/; this is the command-line shell.
+#include <atomic>
+#include <boost/program_options.hpp>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+
+#include "common/error.hpp"
+#include "common/log.hpp"
+#include "launcher/train/ckpt_store.hpp"
+#include "launcher/train/comm_reducer.hpp"
+#include "launcher/train/dataset.hpp"
+#include "launcher/train/mlp.hpp"
+#include "launcher/train/trainer.hpp"
+
+namespace po = boost::program_options;
+using namespace saker::train;
+
+namespace {
+
+constexpr int kExitOk = 0, kExitError = 1, kExitUsage = 2, kExitPreempted = 75;
+
+std::atomic<int> g_stop{0};
+void on_preempt(int) { g_stop.store(1); }
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? v : fallback;
+}
+
+const char* kExitCodes =
+    "Exit codes: 0 done, 1 error (message on stderr), 2 usage error,\n"
+    "75 stopped by SIGTERM/SIGUSR1 after an emergency checkpoint (requeue to resume).\n";
+
+int make_data(const std::vector<std::string>& args) {
+  SyntheticSpec spec;
+  std::string out;
+  po::options_description d("Usage: saker-train make-data --out FILE [OPTIONS]\n\n"
+                            "Writes a synthetic classification dataset (Gaussian blobs) to an HDF5 file:\n"
+                            "X float32 [samples x features], y int32 [samples], attribute 'classes'.\n\nOptions");
+  d.add_options()("help,h", "print this help")
+      ("out,o", po::value<std::string>(&out)->required(), "HDF5 file to write")
+      ("samples", po::value<int>(&spec.rows)->default_value(8192), "number of rows")
+      ("features", po::value<int>(&spec.features)->default_value(32), "features per row")
+      ("classes", po::value<int>(&spec.classes)->default_value(4), "number of classes")
+      ("spread", po::value<double>(&spec.spread)->default_value(3.0), "blob standard deviation (higher: harder)")
+      ("seed", po::value<std::uint64_t>(&spec.seed)->default_value(1), "random seed");
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(d).run(), vm);
+  if (vm.count("help")) {
+    std::cout << d << "\n" << kExitCodes;
+    return kExitOk;
+  }
+  po::notify(vm);
+  write_dataset(make_synthetic(spec), out);
+  std::printf("saker-train: wrote %d x %d samples, %d classes to %s\n", spec.rows, spec.features, spec.classes, out.c_str());
+  return kExitOk;
+}
+
+int run_training(const std::vector<std::string>& args) {
+  TrainConfig cfg;
+  std::string data_path, layers = "64,64", ckpt_dir = env_or("SAKER_CKPT_DIR", "");
+  std::string lineage = env_or("SLURM_SPANK_SAKER_DATASETS", env_or("SAKER_DATASETS", ""));
+  unsigned keep = 3;
+  po::options_description d("Usage: saker-train [train] --data FILE [OPTIONS]\n\n"
+                            "Trains an MLP classifier on X/y from an HDF5 file, data-parallel over the ranks\n"
+                            "saker-run starts, resuming from the newest checkpoint in --ckpt-dir.\n"
+                            "SIGTERM or SIGUSR1 makes every rank take an emergency checkpoint and exit 75.\n\nOptions");
+  d.add_options()("help,h", "print this help")
+      ("data", po::value<std::string>(&data_path)->required(), "HDF5 dataset (saker-train make-data)")
+      ("layers", po::value<std::string>(&layers)->default_value(layers), "hidden layer widths, e.g. 64,64")
+      ("optimizer", po::value<std::string>(&cfg.optimizer.kind)->default_value("adam"), "adam or sgd (with momentum)")
+      ("lr", po::value<double>(&cfg.optimizer.lr)->default_value(1e-3), "learning rate")
+      ("momentum", po::value<double>(&cfg.optimizer.momentum)->default_value(0.9), "SGD momentum")
+      ("weight-decay", po::value<double>(&cfg.optimizer.weight_decay)->default_value(0), "L2 weight decay")
+      ("batch", po::value<int>(&cfg.batch)->default_value(64), "global batch (split over the ranks)")
+      ("steps", po::value<std::uint64_t>(&cfg.steps)->default_value(300), "optimizer steps in total")
+      ("seed", po::value<std::uint64_t>(&cfg.seed)->default_value(1), "seed of initialisation and data order")
+      ("ckpt-dir", po::value<std::string>(&ckpt_dir), "checkpoint directory (default: $SAKER_CKPT_DIR; none: no checkpoints)")
+      ("ckpt-every", po::value<std::uint64_t>(&cfg.ckpt_every)->default_value(50), "checkpoint every N steps (0: only on signals)")
+      ("keep", po::value<unsigned>(&keep)->default_value(3), "checkpoints to keep")
+      ("log-every", po::value<std::uint64_t>(&cfg.log_every)->default_value(25), "progress line every N steps")
+      ("step-sleep-ms", po::value<int>(&cfg.step_sleep_ms)->default_value(0), "sleep after each step (demos, fault tests)")
+      ("lineage", po::value<std::string>(&lineage), "datasets trained on, name@version,... "
+                                                    "(default: the job's --dataset, $SLURM_SPANK_SAKER_DATASETS)");
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(d).run(), vm);
+  if (vm.count("help")) {
+    std::cout << d << "\n" << kExitCodes;
+    return kExitOk;
+  }
+  po::notify(vm);
+  if (cfg.log_every == 0) cfg.log_every = 1;
+  cfg.hidden = MlpShape::parse_hidden(layers);
+  cfg.preempt_marker = env_or("SAKER_PREEMPT_MARKER", "");
+
+  std::signal(SIGTERM, on_preempt);
+  std::signal(SIGUSR1, on_preempt);
+  const Dataset data = read_dataset(data_path);
+  std::unique_ptr<Reducer> reducer;
+  if (launcher_world_size() > 1) {
+    reducer = std::make_unique<CommReducer>();
+  } else {
+    reducer = std::make_unique<SoloReducer>();
+  }
+  std::unique_ptr<SnapshotStore> store;
+  if (!ckpt_dir.empty()) store = std::make_unique<CkptStore>(ckpt_dir, keep, *reducer, lineage);
+  const TrainResult r = train(cfg, data, *reducer, store.get(), &g_stop);
+  if (r.preempted) return kExitPreempted;
+  if (reducer->rank() == 0) {
+    std::printf("saker-train: final loss %.6f accuracy %.4f after %llu steps\n", r.loss, r.accuracy,
+                static_cast<unsigned long long>(r.step));
+    std::printf("saker-train: weights xxh3_128 %s\n", r.weights_hash.c_str());
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  const bool make = !args.empty() && args[0] == "make-data";
+  if (!args.empty() && (args[0] == "make-data" || args[0] == "train")) args.erase(args.begin());
+  try {
+    return make ? make_data(args) : run_training(args);
+  } catch (const po::error& e) {
+    saker::log::error(std::string("saker-train: bad command line: ") + e.what() + "; run saker-train --help");
+    return kExitUsage;
+  } catch (const saker::Error& e) {
+    saker::log::error(std::string("saker-train: ") + e.what());
+    return kExitError;
+  } catch (const std::exception& e) {
+    saker::log::error(std::string("saker-train: unexpected error: ") + e.what());
+    return kExitError;
+  }
+}

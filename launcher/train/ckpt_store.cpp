@@ -1,0 +1,91 @@
+#include "launcher/train/ckpt_store.hpp"
+
+#include <cstdio>
+#include <cstring>
+
+#include "common/error.hpp"
+#include "saker/ckpt.hpp"
+
+namespace saker::train {
+namespace {
+
+constexpr const char* kParams = "model.params";
+constexpr const char* kOptimizerSteps = "optim.steps";
+
+ckpt::Tensor float_tensor(const std::string& name, const std::vector<float>& values) {
+  return ckpt::Tensor::view_of<float>(name, ckpt::DType::f32, {values.size()}, std::span<const float>(values));
+}
+
+std::vector<float> floats_of(const ckpt::Tensor& t) {
+  const auto values = t.as<float>();
+  return {values.begin(), values.end()};
+}
+
+}  // namespace
+
+CkptStore::CkptStore(const std::string& dir, unsigned keep_last, Reducer& reducer, std::string lineage)
+    : dir_(dir), reducer_(reducer), lineage_(std::move(lineage)) {
+  ckpt::Options options;
+  options.keep_last = keep_last;
+  // Synchronous saves run on the training thread, so the communicator may serve as
+  // the barrier: the sum of "my shard failed" flags must be zero on every rank.
+  options.barrier = [this](bool my_shard_ok) {
+    float failed = my_shard_ok ? 0.0f : 1.0f;
+    reducer_.allreduce_sum(std::span<float>(&failed, 1));
+    return failed == 0.0f;
+  };
+  ck_ = std::make_unique<ckpt::Checkpointer>(dir, options);
+}
+
+CkptStore::~CkptStore() = default;
+
+void CkptStore::save(const Snapshot& s, bool emergency) {
+  ckpt::State state;
+  state.step = s.step;
+  state.epoch = s.epoch;
+  state.world_size = static_cast<std::uint32_t>(reducer_.size());
+  state.rank = static_cast<std::uint32_t>(reducer_.rank());
+  state.config = s.config;
+  state.lineage = ckpt::parse_lineage(lineage_);
+  state.tensors.push_back(float_tensor(kParams, s.params));
+  for (const auto& [name, values] : s.optimizer) state.tensors.push_back(float_tensor(name, values));
+  state.tensors.push_back(ckpt::Tensor::view_of<std::uint64_t>(kOptimizerSteps, ckpt::DType::u64, {},
+                                                              std::span<const std::uint64_t>(&s.optimizer_steps, 1)));
+  state.rng_state = s.rng;
+  state.data_cursor = s.cursor;
+  const ckpt::SaveReport r = ck_->save(state);
+  if (reducer_.rank() == 0) {
+    std::printf("saker-train: %s checkpoint of step %llu committed: %s (%.3f s)\n", emergency ? "emergency" : "periodic",
+                static_cast<unsigned long long>(s.step), r.file.c_str(), r.write_s);
+  }
+}
+
+std::optional<Snapshot> CkptStore::load_latest() {
+  std::optional<ckpt::LoadReport> r =
+      ck_->load_latest(static_cast<std::uint32_t>(reducer_.rank()), static_cast<std::uint32_t>(reducer_.size()));
+  if (!r) return std::nullopt;
+  for (const std::string& why : r->rejected) std::fprintf(stderr, "saker: warning: saker-train: skipped %s\n", why.c_str());
+  const ckpt::State& st = r->state;
+  Snapshot s;
+  s.step = st.step;
+  s.epoch = st.epoch;
+  s.config = st.config;
+  s.rng = st.rng_state;
+  s.cursor = st.data_cursor;
+  for (const ckpt::Tensor& t : st.tensors) {
+    if (t.name == kParams) {
+      s.params = floats_of(t);
+    } else if (t.name == kOptimizerSteps) {
+      s.optimizer_steps = t.as<std::uint64_t>()[0];
+    } else if (t.name.rfind("optim.", 0) == 0) {
+      s.optimizer.emplace_back(t.name, floats_of(t));
+    }
+  }
+  if (s.params.empty()) {
+    throw Error(explain("checkpoint " + r->file.string() + " has no tensor '" + kParams + "'",
+                        "it was not written by saker-train", "point --ckpt-dir at saker-train's own checkpoints"));
+  }
+  return s;
+}
+
+}  // namespace saker::train

@@ -1,0 +1,38 @@
+// The training data: X (float32, rows x features) and y (int32 class labels, rows) in
+// an HDF5 file that h5py reads as f["X"], f["y"]; the class count is the attribute
+// "classes" on the root group. make_synthetic draws a Gaussian-blob problem whose
+// difficulty is set by the cluster spread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace saker::train {
+
+struct Dataset {
+  int rows = 0;
+  int features = 0;
+  int classes = 0;
+  std::vector<float> x;         // row-major rows * features
+  std::vector<std::int32_t> y;  // rows
+};
+
+struct SyntheticSpec {
+  int rows = 4096;
+  int features = 16;
+  int classes = 4;
+  double spread = 1.5;  // standard deviation of each blob around its centre
+  std::uint64_t seed = 1;
+};
+
+// Deterministic for a given spec.
+Dataset make_synthetic(const SyntheticSpec& spec);
+
+// Writes atomically (temporary file, then rename). Throws saker::Error naming the file.
+void write_dataset(const Dataset& data, const std::string& path);
+// Throws saker::Error naming the file and the dataset when it is missing or malformed
+// (wrong rank, labels outside [0, classes)).
+Dataset read_dataset(const std::string& path);
+
+}  // namespace saker::train

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Fault tolerance 1+2: one rank of a 2-node job is SIGKILLed mid-run; saker-run restarts
+# the step from the latest checkpoint within the same allocation, and the run ends with
+# the same weights as an uninterrupted run.
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/train_lib.sh"
+it_require_root
+it_cluster_up --nodes 3 --gpus-per-node 0 --cpus-per-node 4 --no-job-submit
+train_setup
+h=$(local_hash 2)
+
+job=$(submit_template train-preemptible "$IT_PREFIX/ckpt" -p all)
+out="$IT_PREFIX/train-preemptible-$job.out"
+wait_for_line 60 "$out" "step 75/200"
+pid=$(rank_pid "$job" 1)
+assert_rc 0 "rank 1 of job $job runs (pid ${pid:-none})" -- test -n "$pid"
+t_fail=$(now)
+kill -KILL "$pid"
+assert_eq COMPLETED "$(it_job_wait "$job" 120)" "the job completes after the killed rank"
+text=$(cat "$out")
+assert_contains "$text" "restart: attempt 1 failed" "saker-run logs the restart with its reason"
+assert_contains "$text" "resumed from checkpoint step" "the step resumes from a checkpoint"
+assert_eq "$h" "$(hash_of "$out")" "the restarted run ends with the uninterrupted hash"
+echo "RECOVERY killed-rank: $(recovery_seconds "$out" "$t_fail") s from SIGKILL to the first step after resume"
+it_finish

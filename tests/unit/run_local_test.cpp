@@ -1,0 +1,84 @@
+// saker-run --local end to end, with small shell programs as the ranks.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "launcher/run/launcher.hpp"
+
+using namespace saker::run;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    char tmpl[] = "/tmp/saker-run-test-XXXXXX";
+    path = ::mkdtemp(tmpl);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string read(const std::string& name) const {
+    std::ifstream in(path / name);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+};
+
+RunOptions local(int n, const std::string& script) {
+  RunOptions o;
+  o.local = true;
+  o.ntasks = n;
+  o.grace_s = 5;
+  o.program = {"/bin/sh", "-c", script};
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("every local rank sees its rank variables") {
+  TempDir t;
+  RunOptions o = local(3, "echo $RANK/$WORLD_SIZE/$LOCAL_RANK/$LOCAL_WORLD_SIZE/$MASTER_ADDR > " +
+                              t.path.string() + "/r$RANK; [ -n \"$MASTER_PORT\" ]");
+  CHECK(run_supervised(o, "unused") == kExitOk);
+  CHECK(t.read("r0") == "0/3/0/3/127.0.0.1\n");
+  CHECK(t.read("r2") == "2/3/2/3/127.0.0.1\n");
+}
+
+TEST_CASE("a failing rank is restarted, with the attempt number exported") {
+  TempDir t;
+  // Rank 1 fails in the first attempt only.
+  RunOptions o = local(2, "echo $SAKER_RUN_ATTEMPT >> " + t.path.string() +
+                              "/attempts$RANK; [ $RANK = 1 ] && [ $SAKER_RUN_ATTEMPT = 1 ] && exit 3; exit 0");
+  o.ckpt_dir = (t.path / "ckpt").string();
+  CHECK(run_supervised(o, "unused") == kExitOk);
+  CHECK(t.read("attempts1") == "1\n2\n");
+  CHECK(fs::is_directory(o.ckpt_dir));
+}
+
+TEST_CASE("kill-on-bad-exit: a failing rank stops the others, and restarts run out") {
+  TempDir t;
+  RunOptions o = local(2, "[ $RANK = 0 ] && exit 9; sleep 30");
+  o.max_restarts = 1;
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(run_supervised(o, "unused") == kExitStepFailed);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
+}
+
+TEST_CASE("an attempt past --timeout is killed and counted as a failure") {
+  RunOptions o = local(1, "sleep 30");
+  o.max_restarts = 0;
+  o.timeout_s = 0.5;
+  CHECK(run_supervised(o, "unused") == kExitStepFailed);
+}
+
+TEST_CASE("ranks reporting an emergency checkpoint end the local run as preempted") {
+  TempDir t;
+  RunOptions o = local(2, "[ $RANK = 0 ] && touch \"$SAKER_PREEMPT_MARKER\"; exit 75");
+  o.ckpt_dir = t.path.string();
+  CHECK(run_supervised(o, "unused") == kExitPreempted);
+}

@@ -1,0 +1,53 @@
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+
+#include "launcher/run/supervisor.hpp"
+
+using namespace saker::run;
+
+namespace {
+Attempt attempt(int n, Outcome o, std::string detail = "rank 1 exited with code 1") {
+  Attempt a;
+  a.number = n;
+  a.outcome = o;
+  a.detail = std::move(detail);
+  a.seconds = 1.5;
+  return a;
+}
+}  // namespace
+
+TEST_CASE("failures restart until --max-restarts is spent, then give up") {
+  const Policy p{2, true};
+  Decision d = decide(p, attempt(1, Outcome::failed), 0);
+  CHECK(d.action == Action::restart);
+  CHECK(d.reason.find("restart 1 of 2") != std::string::npos);
+  CHECK(d.reason.find("rank 1 exited with code 1") != std::string::npos);
+  CHECK(decide(p, attempt(2, Outcome::timed_out), 1).action == Action::restart);
+  d = decide(p, attempt(3, Outcome::failed), 2);
+  CHECK(d.action == Action::give_up);
+  CHECK(d.reason.find("--max-restarts") != std::string::npos);
+  CHECK(decide(Policy{0, true}, attempt(1, Outcome::failed), 0).action == Action::give_up);
+}
+
+TEST_CASE("preemption requeues inside Slurm and stops elsewhere") {
+  CHECK(decide(Policy{3, true}, attempt(1, Outcome::preempted, "SIGUSR1 received"), 0).action == Action::requeue);
+  const Decision d = decide(Policy{3, false}, attempt(1, Outcome::preempted, "SIGTERM received"), 0);
+  CHECK(d.action == Action::give_up);
+  CHECK(d.reason.find("SIGTERM") != std::string::npos);
+  CHECK(decide(Policy{3, true}, attempt(1, Outcome::success, ""), 3).action == Action::finish);
+}
+
+TEST_CASE("wait statuses are described in words") {
+  CHECK(describe_wait_status(3 << 8) == "exited with code 3");
+  CHECK(describe_wait_status(SIGKILL) == "killed by SIGKILL");
+}
+
+TEST_CASE("the summary lists every attempt and the result") {
+  const std::vector<Attempt> all = {attempt(1, Outcome::failed), attempt(2, Outcome::success, "")};
+  const std::string s = summary(all, Decision{Action::finish, "the step completed"});
+  CHECK(s.find("2 attempts") != std::string::npos);
+  CHECK(s.find("attempt 1: failed after 1.5 s (rank 1 exited with code 1)") != std::string::npos);
+  CHECK(s.find("attempt 2: success") != std::string::npos);
+  CHECK(s.find("result: the step completed") != std::string::npos);
+}

@@ -1,0 +1,67 @@
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+#include "common/error.hpp"
+#include "launcher/train/dataset.hpp"
+#include "launcher/train/loader.hpp"
+
+using namespace saker::train;
+
+TEST_CASE("synthetic data is deterministic and HDF5 round-trips it") {
+  const SyntheticSpec spec{.rows = 300, .features = 5, .classes = 3, .spread = 1.0, .seed = 9};
+  const Dataset a = make_synthetic(spec), b = make_synthetic(spec);
+  CHECK(a.x == b.x);
+  CHECK(a.y == b.y);
+  CHECK(*std::max_element(a.y.begin(), a.y.end()) == 2);
+  const std::string path = "/tmp/saker-train-test-" + std::to_string(::getpid()) + ".h5";
+  write_dataset(a, path);
+  const Dataset c = read_dataset(path);
+  std::filesystem::remove(path);
+  CHECK(c.rows == 300);
+  CHECK(c.features == 5);
+  CHECK(c.classes == 3);
+  CHECK(c.x == a.x);
+  CHECK(c.y == a.y);
+  CHECK_THROWS_AS(read_dataset("/nonexistent/data.h5"), saker::Error);
+  CHECK_THROWS_AS(make_synthetic(SyntheticSpec{.rows = 10, .features = 2, .classes = 1}), saker::Error);
+}
+
+TEST_CASE("the ranks of a global batch split it, and an epoch visits every row once") {
+  const int rows = 100, batch = 20, world = 3;
+  std::vector<Loader> loaders;
+  for (int r = 0; r < world; ++r) loaders.emplace_back(rows, batch, r, world, 5);
+  std::multiset<std::uint32_t> seen;
+  for (int step = 0; step < rows / batch; ++step) {
+    std::size_t in_batch = 0;
+    for (auto& l : loaders) {
+      const auto part = l.next();
+      in_batch += part.size();
+      seen.insert(part.begin(), part.end());
+    }
+    CHECK(in_batch == batch);
+  }
+  CHECK(seen.size() == rows);
+  CHECK(std::set<std::uint32_t>(seen.begin(), seen.end()).size() == rows);
+  CHECK(loaders[0].cursor().epoch == 0);
+  loaders[0].next();
+  CHECK(loaders[0].cursor().epoch == 1);
+}
+
+TEST_CASE("a restored cursor resumes the exact sequence of batches, across epochs") {
+  Loader a(50, 8, 1, 2, 77);
+  for (int i = 0; i < 9; ++i) a.next();
+  const auto saved = a.cursor().save();
+  std::vector<std::vector<std::uint32_t>> expected;
+  for (int i = 0; i < 12; ++i) expected.push_back(a.next());
+  Loader b(50, 8, 1, 2, 77);
+  b.set_cursor(Cursor::restore(saved));
+  for (const auto& e : expected) CHECK(b.next() == e);
+  CHECK_THROWS_AS(Cursor::restore(std::vector<std::byte>(3)), saker::Error);
+  CHECK_THROWS_AS(Loader(50, 1, 0, 2, 1), saker::Error);
+  CHECK_THROWS_AS(Loader(50, 51, 0, 1, 1), saker::Error);
+}
