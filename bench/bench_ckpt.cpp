@@ -58,6 +58,15 @@ void evict_dir(const fs::path& dir) {
     if (e.is_regular_file()) evict(e.path());
 }
 
+// Before each timed phase: no dirty data left by the previous phase (or by another
+// program on this filesystem) may be written back on this phase's clock.
+void settle(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::syncfs(fd);
+  ::close(fd);
+}
+
 double raw_write(const fs::path& file, const std::vector<std::vector<float>>& tensors) {
   const auto t0 = Clock::now();
   std::FILE* f = std::fopen(file.c_str(), "wb");
@@ -115,19 +124,31 @@ int main() {
   ck::Options opt;
   opt.keep_last = 1;
   ck::Checkpointer ckpt(dir / "ckpt", opt);
+  const auto raw_save = [&] {
+    settle(dir);
+    raw_w.push_back(raw_write(dir / "raw.bin", data));
+  };
+  const auto our_save = [&] {
+    settle(dir);
+    const auto t = Clock::now();
+    ckpt.save(st);
+    ours_w.push_back(since(t));
+  };
   for (std::size_t r = 0; r < repeat; ++r) {
     st.step = r + 1;
     // Alternate who goes first so neither always meets a busier disk.
     if (r % 2 == 0) {
-      raw_w.push_back(raw_write(dir / "raw.bin", data));
-      ours_w.push_back(since([&] { auto t = Clock::now(); ckpt.save(st); return t; }()));
+      raw_save();
+      our_save();
     } else {
-      ours_w.push_back(since([&] { auto t = Clock::now(); ckpt.save(st); return t; }()));
-      raw_w.push_back(raw_write(dir / "raw.bin", data));
+      our_save();
+      raw_save();
     }
     evict_dir(dir);
     evict_dir(dir / "ckpt");
+    settle(dir);
     raw_r.push_back(raw_read(dir / "raw.bin", bytes));
+    settle(dir);
     const auto t0 = Clock::now();
     auto loaded = ckpt.load_latest();
     ours_r.push_back(since(t0));

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "ckpt/partition.hpp"
+#include "ckpt/stream_write.hpp"
 #include "common/error.hpp"
 #include "common/hash.hpp"
 
@@ -31,16 +32,18 @@ std::string aad_for(std::uint64_t step, std::uint32_t shard, const std::string& 
   throw Error(explain(where, why, "this checkpoint is damaged; load an older one (saker-ckpt verify lists the intact ones)"));
 }
 
-struct PendingWrite {
-  haddr_t offset;
-  std::span<const std::byte> bytes;
+// Datasets whose bytes (and so checksum) are still to be written: the checksum is
+// computed while the bytes stream out (stream::write_regions) and set afterwards.
+struct PendingData {
+  std::vector<stream::Region> regions;
+  std::vector<std::pair<h5::Id, std::size_t>> datasets;  // dataset, index in regions
 };
 
 // Creates one contiguous dataset with its space allocated now and no fill (we write the
-// bytes ourselves), sets the common attributes and remembers where its bytes go.
+// bytes ourselves), and remembers where its bytes go.
 h5::Id create_dataset(const h5::Id& group, const std::string& name, const h5::Id& type,
                       const std::vector<std::uint64_t>& dims, std::span<const std::byte> bytes,
-                      std::vector<PendingWrite>* writes) {
+                      PendingData* pending) {
   h5::Id space(dims.empty() ? H5Screate(H5S_SCALAR)
                             : H5Screate_simple(static_cast<int>(dims.size()),
                                                reinterpret_cast<const hsize_t*>(dims.data()), nullptr));
@@ -50,12 +53,17 @@ h5::Id create_dataset(const h5::Id& group, const std::string& name, const h5::Id
   H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
   h5::Id ds(H5Dcreate2(group.get(), name.c_str(), type.get(), space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
   if (!ds) throw Error(explain("cannot create dataset " + name, "HDF5 refused it", "check the name and free space"));
-  h5::set_attr(ds.get(), "xxh3_128", hash::xxh3_128(bytes.data(), bytes.size()).hex());
-  if (!bytes.empty()) {
-    const haddr_t off = H5Dget_offset(ds.get());
-    SAKER_ASSERT(off != HADDR_UNDEF, "early allocation gives contiguous datasets an address");
-    writes->push_back({off, bytes});
+  if (bytes.empty()) {
+    h5::set_attr(ds.get(), "xxh3_128", hash::xxh3_128(bytes.data(), 0).hex());
+    return ds;
   }
+  const haddr_t off = H5Dget_offset(ds.get());
+  SAKER_ASSERT(off != HADDR_UNDEF, "early allocation gives contiguous datasets an address");
+  pending->regions.push_back({off, bytes, {}});
+  // A second handle stays open until the checksum attribute is set.
+  h5::Id keep(H5Dopen2(group.get(), name.c_str(), H5P_DEFAULT));
+  if (!keep) throw Error(explain("cannot reopen dataset " + name, "HDF5 refused it", "check free space"));
+  pending->datasets.emplace_back(std::move(keep), pending->regions.size() - 1);
   return ds;
 }
 
@@ -78,19 +86,6 @@ void set_root_attrs(hid_t root, const FileMeta& meta, std::uint32_t rank) {
   h5::set_attr(root, "lineage", format_lineage(meta.lineage));
   h5::set_attr(root, "encryption", meta.encryption);
   h5::set_attr(root, "key_id", meta.key_id);
-}
-
-void pwrite_all(int fd, const fs::path& path, haddr_t offset, std::span<const std::byte> bytes) {
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const std::size_t n = std::min<std::size_t>(bytes.size() - done, std::size_t{64} << 20);
-    const ssize_t w = ::pwrite(fd, bytes.data() + done, n, static_cast<off_t>(offset + done));
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0)
-      throw Error(explain("cannot write " + path.string(), w < 0 ? std::strerror(errno) : "short write",
-                          "check free space and I/O errors (dmesg)"));
-    done += static_cast<std::size_t>(w);
-  }
 }
 
 }  // namespace
@@ -137,7 +132,7 @@ bool parse_shard_file_name(const std::string& name, std::uint64_t* step, std::ui
 
 std::uint64_t write_file(const fs::path& path, const FileMeta& meta, const ShardOut& shard,
                          const std::vector<std::pair<std::uint32_t, std::string>>& linked, const crypto::Key* key) {
-  std::vector<PendingWrite> writes;
+  PendingData pending;
   std::vector<crypto::Sealed> sealed;  // ciphertexts must outlive the raw writes
   sealed.reserve(shard.tensors.size());
   std::uint64_t tensor_bytes = 0;
@@ -155,12 +150,12 @@ std::uint64_t write_file(const fs::path& path, const FileMeta& meta, const Shard
       if (key != nullptr) {
         sealed.push_back(crypto::seal(*key, t.bytes, aad_for(meta.step, shard.rank, t.name)));
         const crypto::Sealed& s = sealed.back();
-        ds = create_dataset(tensors, t.name, h5::raw_bytes_type(), {s.ciphertext.size()}, s.ciphertext, &writes);
+        ds = create_dataset(tensors, t.name, h5::raw_bytes_type(), {s.ciphertext.size()}, s.ciphertext, &pending);
         h5::set_attr(ds.get(), "encryption", std::string(crypto::kCipherName));
         h5::set_attr(ds.get(), "nonce", hex_of(s.nonce.data(), s.nonce.size()));
         h5::set_attr(ds.get(), "tag", hex_of(s.tag.data(), s.tag.size()));
       } else {
-        ds = create_dataset(tensors, t.name, h5::type_for(static_cast<std::uint8_t>(t.dtype)), t.shape, t.bytes, &writes);
+        ds = create_dataset(tensors, t.name, h5::type_for(static_cast<std::uint8_t>(t.dtype)), t.shape, t.bytes, &pending);
       }
       h5::set_attr(ds.get(), "dtype", std::string(dtype_name(t.dtype)));
       h5::set_attr(ds.get(), "shape", t.shape);
@@ -174,22 +169,19 @@ std::uint64_t write_file(const fs::path& path, const FileMeta& meta, const Shard
       }
       tensor_bytes += t.bytes.size();
     }
-    create_dataset(group, "rng_state", h5::raw_bytes_type(), {shard.rng_state.size()}, shard.rng_state, &writes);
-    create_dataset(group, "data_cursor", h5::raw_bytes_type(), {shard.data_cursor.size()}, shard.data_cursor, &writes);
+    create_dataset(group, "rng_state", h5::raw_bytes_type(), {shard.rng_state.size()}, shard.rng_state, &pending);
+    create_dataset(group, "data_cursor", h5::raw_bytes_type(), {shard.data_cursor.size()}, shard.data_cursor, &pending);
     for (const auto& [rank, file_name] : linked)
       h5::external_link(file, shard_group_name(rank), file_name, "/" + shard_group_name(rank));
+    // The bytes go out through our own descriptor while HDF5 still holds the file: they
+    // land in space HDF5 allocated and never touches (no fill), and their checksums are
+    // known only once they are written.
+    stream::write_regions(path, pending.regions);
+    for (const auto& [ds, index] : pending.datasets)
+      h5::set_attr(ds.get(), "xxh3_128", pending.regions[index].xxh3.hex());
+    pending.datasets.clear();
     h5::flush(file, path);
   }  // closing the file sets its size to cover every allocated dataset
-  std::sort(writes.begin(), writes.end(), [](const PendingWrite& a, const PendingWrite& b) { return a.offset < b.offset; });
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) throw Error(explain("cannot reopen " + path.string(), std::strerror(errno), "check the directory"));
-  try {
-    for (const PendingWrite& w : writes) pwrite_all(fd, path, w.offset, w.bytes);
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
-  if (::close(fd) != 0) throw Error(explain("cannot close " + path.string(), std::strerror(errno), "check I/O errors"));
   return tensor_bytes;
 }
 
