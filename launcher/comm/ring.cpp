@@ -52,6 +52,9 @@ class SendThread {
     return error_;
   }
   bool failed() const { return failed_.load(std::memory_order_acquire); }
+  // Bytes handed to the kernel so far: the receive loop counts these as progress
+  // (a rank still accepting our data is alive), as the single-loop path does.
+  std::size_t sent() const { return sent_.load(std::memory_order_relaxed); }
 
  private:
   void run(int fd, const char* p, std::size_t len) {
@@ -61,6 +64,7 @@ class SendThread {
       ssize_t k = ::send(fd, p + sent, len - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (k > 0) {
         sent += static_cast<std::size_t>(k);
+        sent_.store(sent, std::memory_order_relaxed);
         deadline = net::deadline_in(mesh_.timeout());
         continue;
       }
@@ -79,6 +83,7 @@ class SendThread {
   Mesh& mesh_;
   std::thread thread_;
   std::atomic<bool> stop_{false}, failed_{false};
+  std::atomic<std::size_t> sent_{0};
   std::string error_;
 };
 
@@ -109,10 +114,11 @@ void Ring::exchange(const void* sbuf, std::size_t slen, void* rbuf, std::size_t 
     std::string why = sender->join();
     if (mesh_.aborted()) mesh_.check_abort(during);
     if (why == "timeout")
-      mesh_.fail(during, mesh_.who(next) + " did not accept data within " + std::to_string(mesh_.timeout().count()) +
+      mesh_.fail(during, mesh_.who(next) + " did not answer within " + std::to_string(mesh_.timeout().count()) +
                              " ms (hung, stopped or unreachable; raise SAKER_COMM_TIMEOUT if it is only slow)");
     mesh_.fail(during, mesh_.who(next) + " failed while we were sending: " + why + " (it exited or was killed)");
   };
+  std::size_t sender_seen = 0;
   auto deadline = net::deadline_in(mesh_.timeout());
   while (sent < slen || got < rlen) {
     bool progress = false;
@@ -140,6 +146,10 @@ void Ring::exchange(const void* sbuf, std::size_t slen, void* rbuf, std::size_t 
     }
     if (sender && sender->failed()) sender_failed();
     if (progress) { deadline = net::deadline_in(mesh_.timeout()); continue; }
+    if (sender && sender->sent() != sender_seen) {
+      sender_seen = sender->sent();
+      deadline = net::deadline_in(mesh_.timeout());
+    }
     pollfd fds[3];
     int nf = 0;
     if (sent < send_limit) fds[nf++] = {sfd, POLLOUT, 0};
