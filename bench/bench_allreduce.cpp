@@ -7,7 +7,13 @@
 // The machine is shared, so every program reports the median of 7 timed blocks, the
 // three programs run interleaved for several rounds, and the table shows the median
 // over rounds with the spread (min-max of the rounds' medians).
+// Placement is the same for all three: by default the kernel places every rank
+// (OpenMPI --bind-to none; its own default binds to cores at np <= 2); with --bind core
+// rank r runs on core r (taskset; OpenMPI --bind-to core) while np fits the cores, as
+// tasks bound by Slurm would. On a shared machine bound ranks cannot move away from
+// other tenants' work, so the default leaves them free.
 // Usage: bench_allreduce [--quick] [--rounds R] [--sizes B,B,..] [--modes one-node,tcp]
+//                        [--bind core|none]
 //   --quick: np=2 only (default np 2..4); --rounds: default 3.
 #include <unistd.h>
 
@@ -51,12 +57,14 @@ void run(const std::string& cmd, Samples& into, const char* who) {
 }
 
 // Starts np copies of prog with rank variables; rank 0's stdout is the result.
-std::string spawn(const std::string& prog, int np, const std::string& extra_env, bool distinct_nodes) {
+// bind: rank r on core r.
+std::string spawn(const std::string& prog, int np, const std::string& extra_env, bool distinct_nodes, bool bind) {
   std::string n = std::to_string(np);
   return "bash -c 'pids=; for r in $(seq 1 " + std::to_string(np - 1) + "); do SAKER_RANK=$r SAKER_WORLD_SIZE=" + n +
-         " " + extra_env + (distinct_nodes ? " SAKER_NODE_ID=n$r" : "") + " " + prog +
+         " " + extra_env + (distinct_nodes ? " SAKER_NODE_ID=n$r" : "") + (bind ? " taskset -c $r " : " ") + prog +
          " >/dev/null & pids=\"$pids $!\"; done; SAKER_RANK=0 SAKER_WORLD_SIZE=" + n + " " + extra_env +
-         (distinct_nodes ? " SAKER_NODE_ID=n0" : "") + " " + prog + "; rc=$?; wait $pids; exit $rc'";
+         (distinct_nodes ? " SAKER_NODE_ID=n0" : "") + (bind ? " taskset -c 0 " : " ") + prog +
+         "; rc=$?; wait $pids; exit $rc'";
 }
 
 double median(std::vector<double> v) {
@@ -92,7 +100,7 @@ std::string cell(const Figure& f) {
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--worker") == 0) return worker();
-  bool quick = false;
+  bool quick = false, bind_core = false;
   int rounds = 3;
   std::vector<std::string> modes{"one-node", "tcp"};
   for (int i = 1; i < argc; ++i) {
@@ -100,6 +108,7 @@ int main(int argc, char** argv) {
     if (a == "--quick") quick = true;
     else if (a == "--rounds" && i + 1 < argc) rounds = std::max(1, std::atoi(argv[++i]));
     else if (a == "--sizes" && i + 1 < argc) setenv("BENCH_SIZES", argv[++i], 1);
+    else if (a == "--bind" && i + 1 < argc) bind_core = std::strcmp(argv[++i], "core") == 0;
     else if (a == "--modes" && i + 1 < argc) {
       modes.clear();
       std::string m = argv[++i];
@@ -110,7 +119,7 @@ int main(int argc, char** argv) {
         p = q + 1;
       }
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--rounds R] [--sizes B,B,..] [--modes one-node,tcp]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--rounds R] [--sizes B,B,..] [--modes one-node,tcp] [--bind core|none]\n", argv[0]);
       return 2;
     }
   }
@@ -125,19 +134,22 @@ int main(int argc, char** argv) {
     bool tcp = mode == "tcp";
     for (int np = 2; np <= (quick ? 2 : 4); ++np) {
       Samples saker, mpi, gloo;
+      bool bind = bind_core && np <= static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
       for (int r = 0; r < rounds; ++r) {
         std::string env = "SAKER_STORE=127.0.0.1:" + std::to_string(port++) + " SAKER_COMM_TIMEOUT=120";
-        run(spawn(self + " --worker", np, env, tcp), saker, "saker");
-        // np=2 fits the 2 cores: OpenMPI keeps its default (busy-polling) progress.
+        run(spawn(self + " --worker", np, env, tcp, bind), saker, "saker");
+        // Within the cores OpenMPI keeps its default (busy-polling) progress.
         std::string mca = tcp ? " --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo" : "";
-        run("mpirun --allow-run-as-root" + std::string(np > 2 ? " --oversubscribe" : "") + " -x BENCH_SIZES -np " +
+        run("mpirun --allow-run-as-root" + std::string(bind ? " --bind-to core" : " --bind-to none") +
+                std::string(np > 2 ? " --oversubscribe" : "") + " -x BENCH_SIZES -np " +
                 std::to_string(np) + mca + " " + dir + "bench_allreduce_mpi 2>/dev/null",
             mpi, "openmpi");
         std::string store = "/tmp/saker-bench-gloo-" + std::to_string(getpid()) + "-" + std::to_string(port);
-        run("mkdir -p " + store + " && " + spawn(dir + "bench_allreduce_gloo " + store, np, "", false) + "; rm -rf " + store,
+        run("mkdir -p " + store + " && " + spawn(dir + "bench_allreduce_gloo " + store, np, "", false, bind) + "; rm -rf " + store,
             gloo, "gloo");
       }
-      std::printf("\n== %s, np=%d%s\n", mode.c_str(), np, np > 2 ? " (oversubscribes the 2 cores: indicative only)" : "");
+      std::printf("\n== %s, np=%d, %s%s\n", mode.c_str(), np, bind ? "rank r on core r" : "unbound",
+                  np > 2 ? " (oversubscribes the 2 cores: indicative only)" : "");
       std::printf("%10s %21s %21s %21s %6s %6s %9s %9s %9s\n", "bytes", "saker", "openmpi", "gloo", "x mpi", "x gloo",
                   "saker us", "mpi us", "gloo us");
       for (std::size_t b : bench::sizes()) {
