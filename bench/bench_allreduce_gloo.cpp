@@ -1,4 +1,5 @@
-// Gloo peer for bench_allreduce: ring_chunked allreduce over Gloo's TCP transport.
+// Gloo peer for bench_allreduce: ring_chunked allreduce over Gloo's TCP transport on
+// 127.0.0.1 (Gloo has no shared-memory transport), with Gloo's default options.
 // Rendezvous through a FileStore directory; rank/size from SAKER_RANK/SAKER_WORLD_SIZE.
 #include <gloo/allreduce_ring_chunked.h>
 #include <gloo/barrier_all_to_one.h>
@@ -7,8 +8,8 @@
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/device.h>
 
-#include <chrono>
 #include <cstdlib>
+#include <memory>
 
 #include "bench/allreduce_common.hpp"
 
@@ -22,17 +23,22 @@ int main(int argc, char** argv) {
   gloo::rendezvous::PrefixStore prefix("bench", store);
   auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
   ctx->connectFullMesh(prefix, dev);
-  for (std::size_t bytes : bench::sizes()) {
-    std::vector<float> buf(bytes / 4, 1.0f);
-    std::vector<float*> ptrs{buf.data()};
-    gloo::AllreduceRingChunked<float> algo(ctx, ptrs, static_cast<int>(buf.size()));
-    gloo::BarrierAllToOne barrier(ctx);
-    int iters = bench::iterations(bytes);
-    for (int i = 0; i < 2; ++i) algo.run();
-    barrier.run();
-    auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < iters; ++i) algo.run();
-    double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
-    if (rank == 0) std::printf("%zu %.9f\n", bytes, t);
-  }
+  gloo::BarrierAllToOne barrier(ctx);
+  // An algorithm instance is bound to one buffer (it registers it with the pairs):
+  // build it once per size, outside the timed loop, as Gloo's own benchmark does.
+  std::unique_ptr<gloo::AllreduceRingChunked<float>> algo;
+  float* bound = nullptr;
+  std::size_t bound_n = 0;
+  bench::measure(
+      rank, size,
+      [&](std::vector<float>& b) {
+        if (b.data() != bound || b.size() != bound_n) {
+          std::vector<float*> ptrs{b.data()};
+          algo = std::make_unique<gloo::AllreduceRingChunked<float>>(ctx, ptrs, static_cast<int>(b.size()));
+          bound = b.data();
+          bound_n = b.size();
+        }
+        algo->run();
+      },
+      [&] { barrier.run(); });
 }

@@ -59,7 +59,9 @@ FusionEngine::~FusionEngine() {
   {
     std::lock_guard lock(mu_);
     stop_ = true;
+    woken_ = true;
   }
+  wake_.notify_one();
   thread_.join();
 }
 
@@ -76,6 +78,8 @@ Handle FusionEngine::enqueue(const std::string& name, void* data, std::size_t co
     throw Error(explain("tensor '" + name + "' is already queued", "a name may be pending only once",
                         "wait for its handle before submitting it again"));
   order_.push_back(name);
+  woken_ = true;
+  wake_.notify_one();
   comm_.timeline->instant("enqueue " + name, "enqueue", kTidFusion, "{\"bytes\":" + std::to_string(count * size_of(type)) + "}");
   return Handle(state);
 }
@@ -90,9 +94,21 @@ void FusionEngine::fail_all(std::exception_ptr e) {
 
 void FusionEngine::loop() {
   try {
+    // Every cycle is a collective (two allgathers). While no rank has anything
+    // pending the pause doubles up to kIdleCap, so an idle fusion thread does not tax
+    // the user's own collectives with wake-ups every fusion_cycle; a local enqueue
+    // ends the pause at once (peers join as their own enqueue wakes them, or when
+    // their pause ends).
+    constexpr auto kIdleCap = std::chrono::milliseconds(50);
+    auto pause = comm_.options.fusion_cycle;
     while (!finished_) {
-      cycle();
-      if (!finished_) std::this_thread::sleep_for(comm_.options.fusion_cycle);
+      bool idle = cycle();
+      if (finished_) break;
+      pause = idle ? std::min(std::max(pause * 2, comm_.options.fusion_cycle), std::max(kIdleCap, comm_.options.fusion_cycle))
+                   : comm_.options.fusion_cycle;
+      std::unique_lock lock(mu_);
+      wake_.wait_for(lock, pause, [&] { return woken_; });
+      woken_ = false;
     }
   } catch (...) {
     log::error(std::string("comm: fusion thread stopped: ") + [] {
@@ -102,7 +118,7 @@ void FusionEngine::loop() {
   }
 }
 
-void FusionEngine::cycle() {
+bool FusionEngine::cycle() {
   std::vector<std::pair<std::string, Spec>> mine;
   bool stop;
   {
@@ -136,7 +152,7 @@ void FusionEngine::cycle() {
   if (any_pending) comm_.timeline->span("negotiate", "fuse", kTidFusion, t0, Timeline::Clock::now());
   if (all_stop) {
     fail_all(std::make_exception_ptr(Error("saker: the communicator was destroyed before this tensor was reduced")));
-    return;
+    return false;
   }
   // Ready: pending on every rank, in rank 0's submission order (the same on all ranks).
   std::vector<std::pair<std::string, Entry>> ready;
@@ -216,6 +232,7 @@ void FusionEngine::cycle() {
     }
   }
   std::erase_if(partial_since_, [&](const auto& kv) { return !holders.count(kv.first); });
+  return !any_pending;
 }
 
 void FusionEngine::reduce_group(const std::vector<std::pair<std::string, Entry>>& group, Transport t) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <map>
 #include <string>
 #include <vector>
@@ -28,7 +29,7 @@ class FusionEngine {
     std::shared_ptr<Handle::State> state;
   };
   void loop();
-  void cycle();
+  bool cycle();  // true when no rank had anything pending (idle)
   void fail_all(std::exception_ptr e);
   void reduce_group(const std::vector<std::pair<std::string, Entry>>& group, Transport t);
 
@@ -37,6 +38,8 @@ class FusionEngine {
   std::map<std::string, Entry> pending_;
   std::vector<std::string> order_;  // submission order of pending names
   bool stop_ = false;
+  bool woken_ = false;          // an enqueue or stop since the thread last slept
+  std::condition_variable wake_;
   std::atomic<bool> finished_{false};
   std::map<std::string, std::chrono::steady_clock::time_point> partial_since_;
   std::map<std::string, bool> warned_;

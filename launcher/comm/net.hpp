@@ -43,7 +43,7 @@ Fd connect_to(const std::string& host, int port, Deadline deadline, const std::s
 Fd accept_until(int listen_fd, Deadline deadline);
 
 void set_nonblocking(int fd, bool on);
-void tune_stream(int fd);  // TCP_NODELAY and large buffers
+void tune_stream(int fd);  // TCP_NODELAY (buffers stay autotuned)
 
 // Blocking-with-deadline full transfers. They throw saker::Error whose text starts
 // with what (e.g. "rank 3 on node7") and says why (closed, reset, timed out).

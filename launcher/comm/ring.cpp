@@ -4,6 +4,9 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <atomic>
+#include <memory>
+#include <thread>
 #include <cerrno>
 #include <cstring>
 
@@ -27,6 +30,68 @@ std::vector<std::size_t> Ring::even_split(std::size_t count, int parts) {
   return seg;
 }
 
+namespace {
+
+// Sends a large buffer on its own thread while the caller receives and reduces, so
+// that one rank keeps both the kernel's send path (copy + loopback/NIC stack) and
+// its receive path busy at once instead of alternating between them in one loop.
+// Stop and failure are flags; the owner reports failures (Mesh::fail throws).
+class SendThread {
+ public:
+  SendThread(Mesh& mesh, int fd, const char* p, std::size_t len) : mesh_(mesh) {
+    thread_ = std::thread([this, fd, p, len] { run(fd, p, len); });
+  }
+  // Unwinding (the receive side failed): stop sending, then join.
+  ~SendThread() {
+    stop_.store(true, std::memory_order_relaxed);
+    join();
+  }
+  // Waits until everything is sent or sending failed; returns "" or why it failed.
+  std::string join() {
+    if (thread_.joinable()) thread_.join();
+    return error_;
+  }
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
+  // Bytes handed to the kernel so far: the receive loop counts these as progress
+  // (a rank still accepting our data is alive), as the single-loop path does.
+  std::size_t sent() const { return sent_.load(std::memory_order_relaxed); }
+
+ private:
+  void run(int fd, const char* p, std::size_t len) {
+    std::size_t sent = 0;
+    auto deadline = net::deadline_in(mesh_.timeout());
+    while (sent < len) {
+      ssize_t k = ::send(fd, p + sent, len - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (k > 0) {
+        sent += static_cast<std::size_t>(k);
+        sent_.store(sent, std::memory_order_relaxed);
+        deadline = net::deadline_in(mesh_.timeout());
+        continue;
+      }
+      if (k < 0 && errno != EAGAIN && errno != EINTR) return set_error(std::string("sending failed: ") + std::strerror(errno));
+      if (stop_.load(std::memory_order_relaxed) || mesh_.aborted()) return set_error("sending stopped");
+      if (net::Clock::now() >= deadline) return set_error("timeout");
+      pollfd pf{fd, POLLOUT, 0};
+      poll(&pf, 1, net::poll_ms(deadline));
+    }
+  }
+  void set_error(std::string e) {
+    error_ = std::move(e);
+    failed_.store(true, std::memory_order_release);
+  }
+
+  Mesh& mesh_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false}, failed_{false};
+  std::atomic<std::size_t> sent_{0};
+  std::string error_;
+};
+
+// Below this a thread start costs more than the overlap gains.
+constexpr std::size_t kThreadedSendBytes = 1u << 20;
+
+}  // namespace
+
 void Ring::exchange(const void* sbuf, std::size_t slen, void* rbuf, std::size_t rlen, std::size_t elem,
                     const std::function<void(std::size_t, std::size_t)>& on_chunk, bool forward,
                     const char* during) {
@@ -40,6 +105,20 @@ void Ring::exchange(const void* sbuf, std::size_t slen, void* rbuf, std::size_t 
   std::size_t sent = 0, got = 0, reduced = 0;
   // Chunks hold whole elements so that a chunk can be reduced on its own.
   std::size_t chunk = std::max(elem, chunk_ / elem * elem);
+  std::unique_ptr<SendThread> sender;
+  if (!forward && rlen > 0 && slen >= kThreadedSendBytes) {
+    sender = std::make_unique<SendThread>(mesh_, sfd, sp, slen);
+    sent = slen;  // the thread owns the send side from here
+  }
+  auto sender_failed = [&] {
+    std::string why = sender->join();
+    if (mesh_.aborted()) mesh_.check_abort(during);
+    if (why == "timeout")
+      mesh_.fail(during, mesh_.who(next) + " did not answer within " + std::to_string(mesh_.timeout().count()) +
+                             " ms (hung, stopped or unreachable; raise SAKER_COMM_TIMEOUT if it is only slow)");
+    mesh_.fail(during, mesh_.who(next) + " failed while we were sending: " + why + " (it exited or was killed)");
+  };
+  std::size_t sender_seen = 0;
   auto deadline = net::deadline_in(mesh_.timeout());
   while (sent < slen || got < rlen) {
     bool progress = false;
@@ -65,7 +144,12 @@ void Ring::exchange(const void* sbuf, std::size_t slen, void* rbuf, std::size_t 
         reduced = ready;
       }
     }
+    if (sender && sender->failed()) sender_failed();
     if (progress) { deadline = net::deadline_in(mesh_.timeout()); continue; }
+    if (sender && sender->sent() != sender_seen) {
+      sender_seen = sender->sent();
+      deadline = net::deadline_in(mesh_.timeout());
+    }
     pollfd fds[3];
     int nf = 0;
     if (sent < send_limit) fds[nf++] = {sfd, POLLOUT, 0};
@@ -78,6 +162,10 @@ void Ring::exchange(const void* sbuf, std::size_t slen, void* rbuf, std::size_t 
       mesh_.fail(during, mesh_.who(culprit) + " did not answer within " + std::to_string(mesh_.timeout().count()) +
                              " ms (hung, stopped or unreachable; raise SAKER_COMM_TIMEOUT if it is only slow)");
     }
+  }
+  if (sender) {
+    // Received everything; the rest of our send is in the kernel or about to be.
+    if (sender->failed() || !sender->join().empty()) sender_failed();
   }
 }
 

@@ -20,6 +20,13 @@ namespace {
 
 constexpr std::size_t kLine = 64;
 constexpr std::size_t kMaxLocal = 256;
+// Pause-spins (~25 ns each here) before each sched_yield(). Short on purpose: on a
+// shared 2-core node the peer is often not running, and a long spin keeps it off the
+// core (4096 spins made a 4 KiB allreduce ~120 us under load, 32 about 4 us); when
+// nothing else is runnable, sched_yield() returns at once and works as a ~1 us poll.
+constexpr std::uint64_t kSpins = 32;
+// Up to this size an allreduce takes one barrier and every rank reduces everything.
+constexpr std::size_t kDirectBytes = 64 * 1024;
 
 struct alignas(kLine) Flag {
   std::atomic<std::uint64_t> phase;
@@ -76,7 +83,7 @@ void ShmGroup::barrier(const char* during) {
     std::uint64_t spins = 0;
     while (flags[j].phase.load(std::memory_order_acquire) < phase_) {
       ++spins;
-      if (spins < 4096) { _mm_pause(); continue; }
+      if (spins < kSpins) { _mm_pause(); continue; }
       sched_yield();  // oversubscribed nodes: let the peer run
       if (spins % 256 != 0) continue;
       mesh_.check_abort(during);
@@ -95,29 +102,50 @@ void ShmGroup::allreduce(void* data, std::size_t count, DataType type, ReduceOp 
   int n = size();
   if (n == 1 || count == 0) return;
   std::size_t es = size_of(type);
-  std::size_t piece_elems = slot_bytes_ / es;
   char* out = static_cast<char*>(data);
   std::vector<const void*> ins(static_cast<std::size_t>(n));
+  if (count * es <= std::min(kDirectBytes, slot_bytes_)) {
+    // Small: one barrier. Everyone publishes its buffer and reduces all of it
+    // (the same rank order as below, so results do not depend on the path).
+    std::memcpy(slot(set_, index_), out, count * es);
+    barrier("allreduce");
+    for (int j = 0; j < n; ++j) ins[static_cast<std::size_t>(j)] = slot(set_, j);
+    reduce::combine(out, ins.data(), n, count, type, op);
+    set_ ^= 1;  // the other set next: this one is rewritten only after the next barrier
+    return;
+  }
+  std::size_t piece_elems = slot_bytes_ / es;
+  // Parts start on cache lines so that ranks never write the same line.
+  std::size_t align = std::max<std::size_t>(1, kLine / es);
   for (std::size_t done = 0; done < count; done += piece_elems) {
     std::size_t m = std::min(piece_elems, count - done);
     char* piece = out + done * es;
-    std::memcpy(slot(set_, index_), piece, m * es);
-    barrier("allreduce");
-    // My part of this piece, reduced from every slot in rank order.
-    std::size_t part = (m + static_cast<std::size_t>(n) - 1) / static_cast<std::size_t>(n);
+    std::size_t part = ((m + static_cast<std::size_t>(n) - 1) / static_cast<std::size_t>(n) + align - 1) / align * align;
     auto part_range = [&](int i) {
       std::size_t b = std::min(m, part * static_cast<std::size_t>(i));
       return std::make_pair(b, std::min(m, b + part));
     };
-    auto [b, e] = part_range(index_);
-    if (e > b) {
-      for (int j = 0; j < n; ++j) ins[static_cast<std::size_t>(j)] = slot(set_, j) + b * es;
-      reduce::combine(slot(set_, index_) + b * es, ins.data(), n, e - b, type, op);
-    }
-    barrier("allreduce");
+    char* mine = slot(set_, index_);
+    // 1. Publish only what the others reduce: their parts of my buffer.
     for (int j = 0; j < n; ++j) {
       auto [bj, ej] = part_range(j);
-      if (ej > bj) std::memcpy(piece + bj * es, slot(set_, j) + bj * es, (ej - bj) * es);
+      if (j != index_ && ej > bj) std::memcpy(mine + bj * es, piece + bj * es, (ej - bj) * es);
+    }
+    barrier("allreduce");
+    // 2. Reduce my part in rank order, my own term straight from my buffer, into my
+    //    buffer; then publish the result.
+    auto [b, e] = part_range(index_);
+    if (e > b) {
+      for (int j = 0; j < n; ++j)
+        ins[static_cast<std::size_t>(j)] = j == index_ ? piece + b * es : slot(set_, j) + b * es;
+      reduce::combine(piece + b * es, ins.data(), n, e - b, type, op);
+      std::memcpy(mine + b * es, piece + b * es, (e - b) * es);
+    }
+    barrier("allreduce");
+    // 3. Everyone else's reduced parts.
+    for (int j = 0; j < n; ++j) {
+      auto [bj, ej] = part_range(j);
+      if (j != index_ && ej > bj) std::memcpy(piece + bj * es, slot(set_, j) + bj * es, (ej - bj) * es);
     }
     set_ ^= 1;  // the next piece uses the other slots: no third barrier needed
   }

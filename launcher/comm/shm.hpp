@@ -1,11 +1,14 @@
 // Allreduce and broadcast among the ranks of one node through a /dev/shm segment.
 //
 // Each rank owns a slot; data moves in pieces of one slot (double-buffered so only two
-// barriers are needed per piece). Rank i reduces part i of every piece from all slots
-// in rank order 0..n-1 (fixed, so results are reproducible and independent of
-// timing), and everyone copies the finished parts back. Waits busy-poll briefly (a
-// blocking wake-up costs ~50 us), then yield, and watch the deadline, abort notices
-// and whether the peer's process still exists.
+// barriers are needed per piece). A rank publishes only the parts of its piece that
+// others reduce; rank i reduces part i in rank order 0..n-1 (its own term straight
+// from its buffer), publishes it, and everyone copies the others' finished parts
+// back. Small buffers (<= 64 KiB) take one barrier: every rank reduces the whole
+// buffer from all slots, in the same rank order. The order is fixed, so results are
+// reproducible and independent of timing and of the path. Waits spin briefly, then
+// yield (a blocking wake-up costs ~50 us), and watch the deadline, abort notices and
+// whether the peer's process still exists.
 #pragma once
 
 #include <cstddef>

@@ -83,7 +83,7 @@ void check_allreduce_everything(int n, Transport t, std::vector<std::string> nod
     std::vector<float> big(1'500'007);
     for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(value(c.rank(), i));
     c.allreduce(big.data(), big.size(), DataType::f32);
-    for (std::size_t i = 0; i < big.size(); i += 9973)
+    for (std::size_t i = 0; i < big.size(); ++i)
       if (big[i] != reference(n, i, DataType::f32, ReduceOp::sum)) { f.add("big buffer wrong at " + std::to_string(i)); break; }
   }, test::quick_options(), nodes);
 }
