@@ -56,11 +56,13 @@ Config parse_config(const std::string& text, const std::string& path, std::vecto
     }
   }
   if (c.policy.empty() && errors.empty()) errors.push_back(path + ": no policy=/path/to/policy.yaml line");
-  if (c.audit.empty()) {
-    const auto slash = path.rfind('/');
-    c.audit = (slash == std::string::npos ? std::string(".") : path.substr(0, slash)) + "/saker-audit.log";
-  }
+  if (c.audit.empty()) c.audit = default_audit_path(path);
   return c;
+}
+
+std::string default_audit_path(const std::string& config_file) {
+  const auto slash = config_file.rfind('/');
+  return (slash == std::string::npos ? std::string(".") : config_file.substr(0, slash)) + "/saker-audit.log";
 }
 
 }  // namespace saker::job_submit

@@ -21,4 +21,8 @@ std::string config_path(const char* slurm_conf_env);
 // the configuration unusable (no policy: jobs that declare datasets are refused).
 Config parse_config(const std::string& text, const std::string& path, std::vector<std::string>& errors);
 
+// saker-audit.log beside the configuration file: decisions are recorded even when the
+// configuration itself is missing or broken (those denials are worth an audit line too).
+std::string default_audit_path(const std::string& config_file);
+
 }  // namespace saker::job_submit

@@ -34,6 +34,7 @@ Service::Service() {
   std::ifstream in(path);
   if (!in) {
     config_errors_.push_back(path + ": cannot read (write policy=/path/to/policy.yaml there)");
+    config_.audit = default_audit_path(path);
   } else {
     std::ostringstream text;
     text << in.rdbuf();
