@@ -222,25 +222,30 @@ SaveReport Checkpointer::Impl::write(const fs::path& dir, const Options& options
   return report;
 }
 
-void Checkpointer::check_destination(const State& state) const {
-  if (!options_.guard) return;
+void check_destination(const DestinationGuard& guard, const fs::path& dir, const std::vector<DatasetVersion>& lineage,
+                       bool encrypted, std::optional<std::uint64_t> step) {
+  const std::string refusing = "saker-ckpt: refusing to save " +
+                               (step ? "step " + std::to_string(*step) : std::string("checkpoints"));
   try {
-    options_.guard->check(dir_, state.lineage);
+    guard.check(dir, lineage);
   } catch (const std::exception& e) {
-    throw Error(std::string("saker-ckpt: refusing to save step ") + std::to_string(state.step) + " to " + dir_.string() +
-                ": " + e.what());
+    throw DestinationRefused(refusing + " to " + dir.string() + ": " + e.what());
   }
   bool required = true;  // fail closed: a guard that cannot decide requires encryption
   try {
-    required = options_.guard->require_encryption(state.lineage);
+    required = guard.require_encryption(lineage);
   } catch (const std::exception& e) {
     log::warn(std::string("ckpt: the policy could not decide whether encryption is required (") + e.what() +
               "); requiring it");
   }
-  if (required && !impl_->key)
-    throw Error(explain("saker-ckpt: refusing to save step " + std::to_string(state.step) + " unencrypted",
-                        "the policy requires encryption for a model trained on " + format_lineage(state.lineage),
-                        "give a 0600 key file (Options::key_file)"));
+  if (required && !encrypted)
+    throw DestinationRefused(explain(refusing + " unencrypted to " + dir.string(),
+                                     "the policy requires encryption for a model trained on " + format_lineage(lineage),
+                                     "give a 0600 key file (Options::key_file; saker-train --ckpt-key)"));
+}
+
+void Checkpointer::check_destination(const State& state) const {
+  if (options_.guard) ckpt::check_destination(*options_.guard, dir_, state.lineage, impl_->key.has_value(), state.step);
 }
 
 SaveReport Checkpointer::save(const State& state) {

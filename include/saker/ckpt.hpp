@@ -28,6 +28,8 @@
 #include <string_view>
 #include <vector>
 
+#include "common/error.hpp"
+
 namespace saker::ckpt {
 
 // ---------------------------------------------------------------- tensors and state
@@ -120,6 +122,22 @@ class DestinationGuard {
   // True when the lineage holds data that may only be stored encrypted.
   virtual bool require_encryption(const std::vector<DatasetVersion>& lineage) const = 0;
 };
+
+// A save the guard refuses: retrying will not help until the destination, the key or the
+// policy changes (saker-train exits 78 on it).
+class DestinationRefused : public saker::Error {
+ public:
+  using saker::Error::Error;
+};
+
+// The guard's two rules for saving a model trained on `lineage` into `dir`, without
+// touching the filesystem: the residency rule, then encryption (required and `encrypted`
+// false: refused). Throws DestinationRefused naming the step (when given), the directory,
+// the reason and the fix. Checkpointer runs it before every save; callers run it once at
+// start-up (no step) so a refused destination costs no training time.
+void check_destination(const DestinationGuard& guard, const std::filesystem::path& dir,
+                       const std::vector<DatasetVersion>& lineage, bool encrypted,
+                       std::optional<std::uint64_t> step = std::nullopt);
 
 // Sharded saves: every rank calls the barrier after its own shard file is durable (ok) or
 // failed (!ok); it must return true on every rank only when every rank passed true. Rank 0

@@ -10,6 +10,7 @@
 #include <iostream>
 #include <memory>
 
+#include "ckpt/policy_guard.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "launcher/train/ckpt_store.hpp"
@@ -23,7 +24,7 @@ using namespace saker::train;
 
 namespace {
 
-constexpr int kExitOk = 0, kExitError = 1, kExitUsage = 2, kExitPreempted = 75;
+constexpr int kExitOk = 0, kExitError = 1, kExitUsage = 2, kExitPreempted = 75, kExitRefused = 78;
 
 std::atomic<int> g_stop{0};
 void on_preempt(int) { g_stop.store(1); }
@@ -35,7 +36,8 @@ std::string env_or(const char* name, const std::string& fallback) {
 
 const char* kExitCodes =
     "Exit codes: 0 done, 1 error (message on stderr), 2 usage error,\n"
-    "75 stopped by SIGTERM/SIGUSR1 after an emergency checkpoint (requeue to resume).\n";
+    "75 stopped by SIGTERM/SIGUSR1 after an emergency checkpoint (requeue to resume),\n"
+    "78 a checkpoint refused by the site policy (--policy): wrong zone or no key; retrying will not help.\n";
 
 int make_data(const std::vector<std::string>& args) {
   SyntheticSpec spec;
@@ -65,6 +67,7 @@ int make_data(const std::vector<std::string>& args) {
 int run_training(const std::vector<std::string>& args) {
   TrainConfig cfg;
   std::string data_path, layers = "64,64", ckpt_dir = env_or("SAKER_CKPT_DIR", "");
+  std::string policy_file = env_or("SAKER_POLICY", ""), key_file = env_or("SAKER_CKPT_KEY", "");
   std::string lineage = env_or("SLURM_SPANK_SAKER_DATASETS", env_or("SAKER_DATASETS", ""));
   unsigned keep = 3;
   po::options_description d("Usage: saker-train [train] --data FILE [OPTIONS]\n\n"
@@ -84,6 +87,11 @@ int run_training(const std::vector<std::string>& args) {
       ("ckpt-dir", po::value<std::string>(&ckpt_dir), "checkpoint directory (default: $SAKER_CKPT_DIR; none: no checkpoints)")
       ("ckpt-every", po::value<std::uint64_t>(&cfg.ckpt_every)->default_value(50), "checkpoint every N steps (0: only on signals)")
       ("keep", po::value<unsigned>(&keep)->default_value(3), "checkpoints to keep")
+      ("ckpt-key", po::value<std::string>(&key_file), "AES-256 key file (mode 0600) encrypting checkpoints "
+                                                      "(default: $SAKER_CKPT_KEY; none: unencrypted)")
+      ("policy", po::value<std::string>(&policy_file), "site policy (saker-policy.yaml(5)) every checkpoint save "
+                                                       "must pass: residency of the lineage, encryption "
+                                                       "(default: $SAKER_POLICY; none: no rule)")
       ("log-every", po::value<std::uint64_t>(&cfg.log_every)->default_value(25), "progress line every N steps")
       ("step-sleep-ms", po::value<int>(&cfg.step_sleep_ms)->default_value(0), "sleep after each step (demos, fault tests)")
       ("lineage", po::value<std::string>(&lineage), "datasets trained on, name@version,... "
@@ -109,7 +117,15 @@ int run_training(const std::vector<std::string>& args) {
     reducer = std::make_unique<SoloReducer>();
   }
   std::unique_ptr<SnapshotStore> store;
-  if (!ckpt_dir.empty()) store = std::make_unique<CkptStore>(ckpt_dir, keep, *reducer, lineage);
+  if (!ckpt_dir.empty()) {
+    CkptStoreOptions so;
+    so.dir = ckpt_dir;
+    so.keep_last = keep;
+    so.lineage = lineage;
+    so.key_file = key_file;
+    if (!policy_file.empty()) so.guard = saker::ckpt::PolicyGuard::from_file(policy_file);
+    store = std::make_unique<CkptStore>(so, *reducer);
+  }
   const TrainResult r = train(cfg, data, *reducer, store.get(), &g_stop);
   if (r.preempted) return kExitPreempted;
   if (reducer->rank() == 0) {
@@ -131,6 +147,9 @@ int main(int argc, char** argv) {
   } catch (const po::error& e) {
     saker::log::error(std::string("saker-train: bad command line: ") + e.what() + "; run saker-train --help");
     return kExitUsage;
+  } catch (const saker::ckpt::DestinationRefused& e) {
+    saker::log::error(std::string("saker-train: ") + e.what());
+    return kExitRefused;
   } catch (const saker::Error& e) {
     saker::log::error(std::string("saker-train: ") + e.what());
     return kExitError;

@@ -23,10 +23,20 @@ std::vector<float> floats_of(const ckpt::Tensor& t) {
 
 }  // namespace
 
-CkptStore::CkptStore(const std::string& dir, unsigned keep_last, Reducer& reducer, std::string lineage)
-    : dir_(dir), reducer_(reducer), lineage_(std::move(lineage)) {
+CkptStore::CkptStore(const CkptStoreOptions& o, Reducer& reducer)
+    : dir_(o.dir), reducer_(reducer), lineage_(ckpt::parse_lineage(o.lineage)) {
+  if (o.guard) {
+    // Before any training step and before the directory is created: a refused
+    // destination must cost nothing.
+    ckpt::check_destination(*o.guard, dir_, lineage_, !o.key_file.empty());
+    if (reducer_.rank() == 0)
+      std::printf("saker-train: checkpoint destination %s allowed by the site policy for lineage '%s' (%s)\n",
+                  dir_.c_str(), ckpt::format_lineage(lineage_).c_str(), o.key_file.empty() ? "unencrypted" : "encrypted");
+  }
   ckpt::Options options;
-  options.keep_last = keep_last;
+  options.keep_last = o.keep_last;
+  options.key_file = o.key_file;
+  options.guard = o.guard;
   // Synchronous saves run on the training thread, so the communicator may serve as
   // the barrier: the sum of "my shard failed" flags must be zero on every rank.
   options.barrier = [this](bool my_shard_ok) {
@@ -34,7 +44,7 @@ CkptStore::CkptStore(const std::string& dir, unsigned keep_last, Reducer& reduce
     reducer_.allreduce_sum(std::span<float>(&failed, 1));
     return failed == 0.0f;
   };
-  ck_ = std::make_unique<ckpt::Checkpointer>(dir, options);
+  ck_ = std::make_unique<ckpt::Checkpointer>(dir_, options);
 }
 
 CkptStore::~CkptStore() = default;
@@ -46,7 +56,7 @@ void CkptStore::save(const Snapshot& s, bool emergency) {
   state.world_size = static_cast<std::uint32_t>(reducer_.size());
   state.rank = static_cast<std::uint32_t>(reducer_.rank());
   state.config = s.config;
-  state.lineage = ckpt::parse_lineage(lineage_);
+  state.lineage = lineage_;
   state.tensors.push_back(float_tensor(kParams, s.params));
   for (const auto& [name, values] : s.optimizer) state.tensors.push_back(float_tensor(name, values));
   state.tensors.push_back(ckpt::Tensor::view_of<std::uint64_t>(kOptimizerSteps, ckpt::DType::u64, {},

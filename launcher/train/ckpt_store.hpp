@@ -6,18 +6,33 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "launcher/train/trainer.hpp"
 
-namespace saker::ckpt { class Checkpointer; }
+namespace saker::ckpt {
+class Checkpointer;
+class DestinationGuard;
+struct DatasetVersion;
+}  // namespace saker::ckpt
 
 namespace saker::train {
+
+struct CkptStoreOptions {
+  std::string dir;
+  unsigned keep_last = 3;
+  std::string lineage;   // "name@version,..." (may be empty)
+  std::string key_file;  // AES-256 key, mode 0600; empty: unencrypted
+  // The residency/encryption rule (ckpt::PolicyGuard); null: none. Checked once here,
+  // before the directory is created, and again by every save.
+  std::shared_ptr<const ckpt::DestinationGuard> guard;
+};
 
 class CkptStore final : public SnapshotStore {
  public:
   // `reducer` doubles as the shard barrier, so every rank knows a save committed.
-  // `lineage` is "name@version,..." (may be empty).
-  CkptStore(const std::string& dir, unsigned keep_last, Reducer& reducer, std::string lineage);
+  // Throws ckpt::DestinationRefused when the guard refuses the directory.
+  CkptStore(const CkptStoreOptions& options, Reducer& reducer);
   ~CkptStore() override;
   void save(const Snapshot& snapshot, bool emergency) override;
   std::optional<Snapshot> load_latest() override;
@@ -26,7 +41,7 @@ class CkptStore final : public SnapshotStore {
  private:
   std::string dir_;
   Reducer& reducer_;
-  std::string lineage_;
+  std::vector<ckpt::DatasetVersion> lineage_;
   std::unique_ptr<ckpt::Checkpointer> ck_;
 };
 
