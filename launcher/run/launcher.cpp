@@ -183,6 +183,7 @@ int run_supervised(const RunOptions& o, const std::string& self) {
     const bool marker_seen = std::filesystem::exists(marker);
     std::filesystem::remove(marker);
     attempt.outcome = classify(step->result(), preempt_signal, marker_seen, timed_out, &attempt.detail);
+    attempt.refused = step->result().refused;
     attempts.push_back(attempt);
 
     const Decision d = decide(policy, attempt, restarts);

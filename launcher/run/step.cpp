@@ -10,6 +10,7 @@ namespace saker::run {
 namespace {
 
 bool is_preempted_status(int status) { return WIFEXITED(status) && WEXITSTATUS(status) == kPreemptedExitCode; }
+bool is_refused_status(int status) { return WIFEXITED(status) && WEXITSTATUS(status) == kRefusedExitCode; }
 
 class LocalStep final : public Step {
  public:
@@ -66,6 +67,7 @@ class LocalStep final : public Step {
     }
     if (failed_rank_ >= 0) {
       out.detail = "rank " + std::to_string(failed_rank_) + " " + describe_wait_status(status_[failed_rank_]);
+      out.refused = is_refused_status(status_[failed_rank_]);
     } else if (out.all_preempted) {
       out.detail = "all ranks exited with the preempted code " + std::to_string(kPreemptedExitCode);
     } else if (!out.all_ok) {
@@ -114,6 +116,9 @@ class SrunStep final : public Step {
     out.all_ok = WIFEXITED(status_) && WEXITSTATUS(status_) == 0;
     out.all_preempted = is_preempted_status(status_);
     out.detail = "srun " + describe_wait_status(status_);
+    // srun exits with the highest task exit code; ranks refuse together (same settings), so
+    // 78 arrives unless a rank was killed first (then the step is restarted once more).
+    out.refused = is_refused_status(status_);
     return out;
   }
 

@@ -24,6 +24,12 @@ Decision decide(const Policy& policy, const Attempt& last, int restarts_done) {
   }
   const std::string what = std::string(last.outcome == Outcome::timed_out ? "timed out" : "failed") +
                            " (" + last.detail + ")";
+  if (last.outcome == Outcome::failed && last.refused) {
+    return {Action::give_up, "attempt " + std::to_string(last.number) + " " + what + ": exit code " +
+                                 std::to_string(kRefusedExitCode) + " means the program refused its settings "
+                                 "(e.g. the site policy refused the checkpoint directory); not restarting, "
+                                 "fix the setting its message names"};
+  }
   if (restarts_done < policy.max_restarts) {
     return {Action::restart, "attempt " + std::to_string(last.number) + " " + what + ": restart " +
                                  std::to_string(restarts_done + 1) + " of " +

@@ -11,6 +11,10 @@ namespace saker::run {
 // Exit code a rank uses to say "I was asked to stop and my emergency checkpoint is
 // committed; requeue me" (EX_TEMPFAIL from sysexits.h).
 inline constexpr int kPreemptedExitCode = 75;
+// Exit code a rank uses to say "I refuse to run with these settings; a restart would fail
+// the same way" (EX_CONFIG), e.g. saker-train when the site policy refuses its checkpoint
+// directory. The step is not restarted.
+inline constexpr int kRefusedExitCode = 78;
 
 enum class Outcome {
   success,    // every rank exited 0
@@ -23,6 +27,7 @@ struct Attempt {
   int number = 0;                  // 1-based within this saker-run invocation
   Outcome outcome = Outcome::failed;
   std::string detail;              // "rank exited with code 1", "SIGUSR1 received", ...
+  bool refused = false;            // failed with kRefusedExitCode: restarting cannot help
   double seconds = 0;              // wall time of the attempt
 };
 

@@ -30,6 +30,15 @@ TEST_CASE("failures restart until --max-restarts is spent, then give up") {
   CHECK(decide(Policy{0, true}, attempt(1, Outcome::failed), 0).action == Action::give_up);
 }
 
+TEST_CASE("a refusal (exit 78) is not restarted") {
+  Attempt a = attempt(1, Outcome::failed, "rank 0 exited with code 78");
+  a.refused = true;
+  const Decision d = decide(Policy{3, true}, a, 0);
+  CHECK(d.action == Action::give_up);
+  CHECK(d.reason.find("not restarting") != std::string::npos);
+  CHECK(d.reason.find("rank 0 exited with code 78") != std::string::npos);
+}
+
 TEST_CASE("preemption requeues inside Slurm and stops elsewhere") {
   CHECK(decide(Policy{3, true}, attempt(1, Outcome::preempted, "SIGUSR1 received"), 0).action == Action::requeue);
   const Decision d = decide(Policy{3, false}, attempt(1, Outcome::preempted, "SIGTERM received"), 0);
