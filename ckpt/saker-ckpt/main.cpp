@@ -2,10 +2,11 @@
 //
 //   saker-ckpt ls DIR [--quick]
 //   saker-ckpt show FILE
-//   saker-ckpt verify DIR|FILE...
+//   saker-ckpt verify DIR|FILE... [--policy FILE]
 //   saker-ckpt prune DIR --keep K [--keep-every M]
 //
-// Exit codes: 0 success, 1 damage found (verify, ls), 2 bad usage, 3 cannot read/act.
+// Exit codes: 0 success, 1 damage found (verify, ls), 2 bad usage, 3 cannot read/act,
+// 4 a checkpoint stored against the site policy (verify --policy).
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
@@ -16,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/policy_guard.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "saker/ckpt.hpp"
@@ -26,12 +28,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr int kOk = 0, kDamaged = 1, kUsage = 2, kFailed = 3;
+constexpr int kOk = 0, kDamaged = 1, kUsage = 2, kFailed = 3, kAgainstPolicy = 4;
 
 const char* kUsageText =
     "Usage: saker-ckpt ls DIR [--quick]\n"
     "       saker-ckpt show FILE\n"
-    "       saker-ckpt verify DIR|FILE...\n"
+    "       saker-ckpt verify DIR|FILE... [--policy FILE]\n"
     "       saker-ckpt prune DIR --keep K [--keep-every M]\n"
     "\n"
     "ls      one line per committed checkpoint: step, creation time (UTC), size, shards and\n"
@@ -39,12 +41,15 @@ const char* kUsageText =
     "show    metadata (step, epoch, world size, version, encryption), dataset lineage, the\n"
     "        config record and every tensor (shard, dtype, shape, placement, bytes, xxh3-128).\n"
     "verify  reads every shard of every checkpoint given (a directory: all of them) and checks\n"
-    "        every checksum; no key is needed, checksums cover the stored bytes.\n"
+    "        every checksum; no key is needed, checksums cover the stored bytes. With --policy,\n"
+    "        also checks that each checkpoint's lineage may be stored where it is, and\n"
+    "        encrypted when the policy requires it (REFUSED and why otherwise).\n"
     "prune   keeps the newest K checkpoints plus every checkpoint whose step is a multiple of\n"
     "        M, and removes the rest with their shard files. The newest is always kept.\n"
     "\n"
     "Progress goes to stderr when it is a terminal (or with --progress).\n"
-    "Exit codes: 0 success, 1 a damaged checkpoint was found, 2 bad usage, 3 cannot read or act.\n";
+    "Exit codes: 0 success, 1 a damaged checkpoint was found, 2 bad usage, 3 cannot read or act,\n"
+    "4 (verify --policy) a checkpoint is stored against the site policy (and none is damaged).\n";
 
 std::string human_bytes(std::uint64_t n) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -155,7 +160,18 @@ int cmd_show(const fs::path& file) {
   return kOk;
 }
 
-int cmd_verify(const std::vector<std::string>& targets, bool progress) {
+// Where the checkpoint lies and how it is stored, judged by the site policy: "" when allowed.
+std::string policy_problem(const ck::DestinationGuard& guard, const fs::path& file) {
+  const ck::CheckpointInfo info = ck::describe(file);
+  try {
+    ck::check_destination(guard, file.parent_path(), info.lineage, info.encryption != "none", info.step);
+  } catch (const ck::DestinationRefused& e) {
+    return e.what();
+  }
+  return {};
+}
+
+int cmd_verify(const std::vector<std::string>& targets, bool progress, const ck::DestinationGuard* guard) {
   int rc = kOk;
   std::size_t checked = 0;
   for (const std::string& target : targets) {
@@ -163,7 +179,11 @@ int cmd_verify(const std::vector<std::string>& targets, bool progress) {
       const ck::Verdict v = ck::verify(f, progress_for(progress, f.filename().string()));
       end_progress(progress);
       ++checked;
-      if (v.ok) {
+      const std::string refused = v.ok && guard != nullptr ? policy_problem(*guard, f) : std::string();
+      if (!refused.empty()) {
+        std::printf("REFUSED  %s: %s\n", f.c_str(), refused.c_str());
+        if (rc == kOk) rc = kAgainstPolicy;
+      } else if (v.ok) {
         std::printf("ok       %s\n", f.c_str());
       } else {
         std::printf("DAMAGED  %s: %s\n", f.c_str(), v.problem.c_str());
@@ -195,12 +215,14 @@ int main(int argc, char** argv) {
   std::vector<std::string> targets;
   std::uint32_t keep = 0;
   std::uint64_t keep_every = 0;
+  std::string policy_file;
   bool quick = false, progress = ::isatty(STDERR_FILENO) != 0;
   po::options_description opts("Options");
   opts.add_options()("help,h", "show this help")("quick", po::bool_switch(&quick), "ls: skip checksum verification")(
       "progress", "show progress on stderr even when it is not a terminal")(
       "keep", po::value(&keep), "prune: checkpoints to keep (newest first, >= 1)")(
-      "keep-every", po::value(&keep_every), "prune: also keep steps that are multiples of M");
+      "keep-every", po::value(&keep_every), "prune: also keep steps that are multiples of M")(
+      "policy", po::value(&policy_file), "verify: site policy (saker-policy.yaml(5)) the checkpoints must obey");
   po::options_description all;
   all.add(opts).add_options()("command", po::value(&command))("target", po::value(&targets));
   po::positional_options_description pos;
@@ -224,6 +246,8 @@ int main(int argc, char** argv) {
     problem = command.empty() ? "no command given" : "unknown command '" + command + "'";
   else if (command == "verify" ? targets.empty() : !one_target)
     problem = command + " takes " + (command == "verify" ? "at least one" : "exactly one") + " DIR or FILE";
+  else if (!policy_file.empty() && command != "verify")
+    problem = "--policy only goes with verify";
   else if (command == "prune" && keep == 0)
     problem = "prune needs --keep K with K >= 1";
   if (!problem.empty()) {
@@ -234,7 +258,11 @@ int main(int argc, char** argv) {
   try {
     if (command == "ls") return cmd_ls(targets[0], quick, progress);
     if (command == "show") return cmd_show(targets[0]);
-    if (command == "verify") return cmd_verify(targets, progress);
+    if (command == "verify") {
+      std::shared_ptr<const ck::PolicyGuard> guard;
+      if (!policy_file.empty()) guard = ck::PolicyGuard::from_file(policy_file);
+      return cmd_verify(targets, progress, guard.get());
+    }
     return cmd_prune(targets[0], keep, keep_every);
   } catch (const std::exception& e) {
     std::cerr << "saker-ckpt " << command << ": " << e.what() << "\n";

@@ -75,4 +75,12 @@ assert_rc 0 "saker-ckpt shows the last checkpoint" -- "$saker_ckpt" show "$ae_di
 assert_contains "$IT_OUT" "patients@v3" "the checkpoint records the lineage"
 assert_contains "$IT_OUT" "aes-256-gcm" "the checkpoint is encrypted"
 assert_rc 0 "saker-ckpt verify passes" -- "$saker_ckpt" verify "$ae_dir"
+assert_rc 0 "saker-ckpt verify --policy passes in the AE zone" -- "$saker_ckpt" verify --policy "$policy" "$ae_dir"
+# A checkpoint copied by hand onto the EU storage is caught by verify --policy.
+mkdir -p "$site/lustre/eu/copy"
+cp "$ae_dir/ckpt-000000000040.h5" "$site/lustre/eu/copy/"
+assert_rc 4 "saker-ckpt verify --policy flags the copy on EU storage" -- \
+  "$saker_ckpt" verify --policy "$policy" "$site/lustre/eu/copy"
+assert_contains "$IT_OUT" "REFUSED" "verify --policy says REFUSED"
+assert_contains "$IT_OUT" "is on storage lustre-eu in zone eu (DE)" "... and why"
 it_finish
