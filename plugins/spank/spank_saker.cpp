@@ -82,6 +82,19 @@ int record_datasets(spank_t sp) {
   return 0;
 }
 
+// Remote context: hands the site policy's path to the task as SAKER_POLICY, so tools
+// such as saker-train apply the site's checkpoint rule without every user passing
+// --policy. The site's path overwrites anything the user exported.
+int export_policy_path(spank_t sp) {
+  const std::string& path = g_state.config.policy_path;
+  if (path.empty()) return 0;
+  if (spank_setenv(sp, "SAKER_POLICY", path.c_str(), 1) != ESPANK_SUCCESS) {
+    slurm_error("saker: could not set SAKER_POLICY in the task environment");
+    return -1;
+  }
+  return 0;
+}
+
 }  // namespace
 
 extern "C" int slurm_spank_init(spank_t sp, int argc, char** argv) {
@@ -121,6 +134,7 @@ extern "C" int slurm_spank_init_post_opt(spank_t sp, int /*argc*/, char** /*argv
 extern "C" int slurm_spank_task_init(spank_t sp, int /*argc*/, char** /*argv*/) {
   return saker::plugin::guarded("slurm_spank_task_init", -1, [&] {
     if (const int rc = saker::spank::residency_enforce(sp); rc != 0) return rc;
+    if (const int rc = export_policy_path(sp); rc != 0) return rc;
     return saker::spank::affinity_task_init(sp, g_state.config);
   });
 }

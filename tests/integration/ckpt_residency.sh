@@ -56,8 +56,10 @@ assert_rc 1 "nothing was created on the EU storage" -- test -e "$eu_dir"
 
 # --- refused: the AE storage is allowed, but restricted data requires encrypted checkpoints.
 ae_dir=$site/lustre/ae/run1
-job=$(run_job nokey "$ae_dir" "SAKER_POLICY=$policy" --)
-assert_eq FAILED "$(it_job_wait "$job" 60)" "the unencrypted job fails (policy from \$SAKER_POLICY)"
+# No --policy and a user-exported SAKER_POLICY pointing elsewhere: spank_saker.so sets
+# SAKER_POLICY to the site's policy (plugstack policy=) in every task, and it wins.
+job=$(SAKER_POLICY=/nonexistent/user-policy.yaml run_job nokey "$ae_dir" --)
+assert_eq FAILED "$(it_job_wait "$job" 60)" "the unencrypted job fails (site policy from spank_saker.so)"
 assert_eq 78 "$(exit_code "$job")" "saker-train exits 78 without a key"
 out=$(cat "$IT_PREFIX/res-nokey-$job.out")
 assert_contains "$out" "refusing to save checkpoints unencrypted to $ae_dir" "the message names the directory"
