@@ -46,12 +46,15 @@ wait_for_line() { it_wait_for "$1" "'$3' in $(basename "$2")" grep -qE "$3" "$2"
 
 now() { date +%s.%N; }
 
-# rank_pid JOB RANK: pid of the saker-train process of that rank of the job.
+# rank_pid JOB RANK: pid of the saker-train process of that rank of the job on THIS
+# cluster: tests run in parallel, each cluster numbers its jobs from 1, so the job id
+# alone would find another test's rank; the job inherits our SLURM_CONF.
 rank_pid() {
   local job=$1 rank=$2 pid env
   for pid in $(pgrep -x saker-train); do
     env=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null) || continue
-    if grep -qx "SLURM_JOB_ID=$job" <<<"$env" && grep -qx "RANK=$rank" <<<"$env"; then
+    if grep -qx "SLURM_CONF=$SLURM_CONF" <<<"$env" && grep -qx "SLURM_JOB_ID=$job" <<<"$env" &&
+      grep -qx "RANK=$rank" <<<"$env"; then
       echo "$pid"
       return 0
     fi
