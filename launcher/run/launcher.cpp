@@ -160,6 +160,7 @@ int run_supervised(const RunOptions& o, const std::string& self) {
     bool timed_out = false;
     bool killed = false;
     double next_probe = 0;
+    int probes = 0;
     std::vector<std::string> lost;
     while (!step->reap()) {
       const int sig = signals.wait(200);
@@ -169,7 +170,9 @@ int run_supervised(const RunOptions& o, const std::string& self) {
       // node down (SlurmdTimeout plus a ping cycle). Probe the nodes (only now: each probe
       // is an error line in slurmd's log) and act at once when one is lost.
       if (policy.can_requeue && preempt_signal == 0 && !killed && step->task_failure_seen() && now >= next_probe) {
-        next_probe = now + 1.0;
+        // Once a second at first (a lost node is found on the first probe); later
+        // every 10 s, so a step that hangs on healthy nodes does not flood slurmd's log.
+        next_probe = now + (++probes <= 10 ? 1.0 : 10.0);
         lost = unreachable_nodes(nodelist, 1000);
         if (!lost.empty()) {
           say("attempt " + std::to_string(attempt.number) + " failed and node(s) " + hostlist::compress(lost) +
