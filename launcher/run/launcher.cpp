@@ -13,6 +13,7 @@
 #include "common/error.hpp"
 #include "common/hostlist.hpp"
 #include "common/log.hpp"
+#include "launcher/run/node_loss.hpp"
 #include "launcher/run/node_probe.hpp"
 #include "launcher/run/process.hpp"
 #include "launcher/run/rank_env.hpp"
@@ -135,6 +136,7 @@ int run_supervised(const RunOptions& o, const std::string& self) {
     return kExitOk;
   }
 
+  const std::string nodelist = env_or("SLURM_JOB_NODELIST", "");
   SignalWatcher signals({SIGTERM, SIGUSR1, SIGUSR2, SIGINT});
   std::vector<Attempt> attempts;
   int restarts = 0;
@@ -157,9 +159,29 @@ int run_supervised(const RunOptions& o, const std::string& self) {
     double grace_deadline = 0;
     bool timed_out = false;
     bool killed = false;
+    double next_probe = 0;
+    int probes = 0;
+    std::vector<std::string> lost;
     while (!step->reap()) {
       const int sig = signals.wait(200);
       const double now = wall_clock();
+      // A task failed but srun goes on waiting: with kill-on-bad-exit it only waits that
+      // long for a task on a node that no longer answers, until slurmctld declares the
+      // node down (SlurmdTimeout plus a ping cycle). Probe the nodes (only now: each probe
+      // is an error line in slurmd's log) and act at once when one is lost.
+      if (policy.can_requeue && preempt_signal == 0 && !killed && step->task_failure_seen() && now >= next_probe) {
+        // Once a second at first (a lost node is found on the first probe); later
+        // every 10 s, so a step that hangs on healthy nodes does not flood slurmd's log.
+        next_probe = now + (++probes <= 10 ? 1.0 : 10.0);
+        lost = unreachable_nodes(nodelist, 1000);
+        if (!lost.empty()) {
+          say("attempt " + std::to_string(attempt.number) + " failed and node(s) " + hostlist::compress(lost) +
+              " do not answer (slurmd refuses connections): stopping srun and moving the job off them "
+              "instead of waiting for slurmctld to declare them down");
+          step->kill_all();
+          killed = true;
+        }
+      }
       if (sig != 0 && sig != SIGCHLD && preempt_signal == 0) {
         preempt_signal = sig;
         grace_deadline = now + o.grace_s;
@@ -186,13 +208,24 @@ int run_supervised(const RunOptions& o, const std::string& self) {
     attempt.refused = step->result().refused;
     attempts.push_back(attempt);
 
+    // A lost node is not the program's fault: whatever restarts are left, move the job
+    // off it now. A failure with every node answering is the program's: restart in place.
+    const bool failed = attempt.outcome == Outcome::failed || attempt.outcome == Outcome::timed_out;
+    if (policy.can_requeue && failed && lost.empty()) lost = unreachable_nodes(nodelist, 1000);
+    if (policy.can_requeue && failed && !lost.empty()) {
+      const std::string names = hostlist::compress(lost);
+      say("requeue: attempt " + std::to_string(attempt.number) + " failed (" + attempt.detail + ") and node(s) " +
+          names + " of the job are lost: a restart in place would fail too");
+      say(summary(attempts, Decision{Action::requeue, "requeued off the lost node(s) " + names}));
+      return evacuate_and_requeue(job_id, nodelist, lost) ? kExitPreempted : kExitLaunch;
+    }
     const Decision d = decide(policy, attempt, restarts);
     switch (d.action) {
       case Action::finish:
         if (attempts.size() > 1) say(summary(attempts, d));
         return kExitOk;
       case Action::restart:
-        if (in_slurm && !wait_out_lost_nodes(signals, env_or("SLURM_JOB_NODELIST", ""), 300)) {
+        if (in_slurm && !policy.can_requeue && !wait_out_lost_nodes(signals, nodelist, 300)) {
           say(summary(attempts, Decision{Action::give_up, "stopped: a node of the job is lost"}));
           return kExitPreempted;
         }

@@ -58,7 +58,7 @@ int SignalWatcher::wait(int timeout_ms) {
   return static_cast<int>(info.ssi_signo);
 }
 
-pid_t spawn(const std::vector<std::string>& argv, const Env& overrides, const sigset_t& child_mask) {
+pid_t spawn(const std::vector<std::string>& argv, const Env& overrides, const sigset_t& child_mask, int stderr_fd) {
   SAKER_ASSERT(!argv.empty(), "spawn needs a program");
   std::fflush(nullptr);
   const pid_t pid = ::fork();
@@ -67,6 +67,7 @@ pid_t spawn(const std::vector<std::string>& argv, const Env& overrides, const si
   }
   if (pid == 0) {
     sigprocmask(SIG_SETMASK, &child_mask, nullptr);
+    if (stderr_fd >= 0 && ::dup2(stderr_fd, STDERR_FILENO) < 0) std::_Exit(127);
     apply_env(overrides);
     std::vector<char*> args = as_argv(argv);
     ::execvp(args[0], args.data());

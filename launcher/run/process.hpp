@@ -34,8 +34,10 @@ class SignalWatcher {
 
 // Starts argv[0] (searched in PATH) with the current environment plus `overrides`,
 // with the signal mask `child_mask`. Throws saker::Error if the fork fails; an exec
-// failure makes the child exit 127 after printing why.
-pid_t spawn(const std::vector<std::string>& argv, const Env& overrides, const sigset_t& child_mask);
+// failure makes the child exit 127 after printing why. With stderr_fd >= 0 the child's
+// stderr is that descriptor.
+pid_t spawn(const std::vector<std::string>& argv, const Env& overrides, const sigset_t& child_mask,
+            int stderr_fd = -1);
 
 // Replaces this process with argv (PATH search), adding `overrides` to the
 // environment. Only returns by throwing saker::Error.

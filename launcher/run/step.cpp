@@ -1,9 +1,19 @@
 #include "launcher/run/step.hpp"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "common/error.hpp"
 
 #include "common/log.hpp"
+#include "launcher/run/node_loss.hpp"
 #include "launcher/run/supervisor.hpp"
 
 namespace saker::run {
@@ -94,10 +104,29 @@ class SrunStep final : public Step {
   SrunStep(std::vector<std::string> srun_args, std::string self, std::vector<std::string> program)
       : command_(srun_command(srun_args, self, program)) {}
 
+  ~SrunStep() override { join_relay(); }
+
+  // srun's stderr (its own messages and the ranks' stderr) passes through a relay
+  // thread that copies it to ours and notices srun's task-failure lines.
   void start(const Env& env, const sigset_t& child_mask) override {
+    join_relay();
     status_ = 0;
-    pid_ = spawn(command_, env, child_mask);
+    failure_seen_ = false;
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) {
+      throw Error(explain("cannot create a pipe for srun's stderr", std::strerror(errno), "check ulimit -n"));
+    }
+    try {
+      pid_ = spawn(command_, env, child_mask, fds[1]);
+    } catch (...) {
+      ::close(fds[0]);
+      ::close(fds[1]);
+      throw;
+    }
+    ::close(fds[1]);
+    relay_ = std::thread([this, fd = fds[0]] { relay(fd); });
   }
+  bool task_failure_seen() const override { return failure_seen_.load(); }
   // srun relays SIGTERM, SIGUSR1 and SIGUSR2 to every task of the step.
   void forward(int sig) override { if (pid_ > 0) ::kill(pid_, sig); }
   void kill_all() override { forward(SIGKILL); }
@@ -108,6 +137,7 @@ class SrunStep final : public Step {
     if (::waitpid(pid_, &status, WNOHANG) == 0) return false;
     pid_ = -1;
     status_ = status;
+    join_relay();
     return true;
   }
 
@@ -123,9 +153,41 @@ class SrunStep final : public Step {
   }
 
  private:
+  // Copies everything to our stderr at once (never holds a partial line back) and
+  // checks each complete line. Ends at EOF: srun and everything it started are gone.
+  void relay(int fd) {
+    std::string line;
+    char buf[8192];
+    while (true) {
+      const ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      for (ssize_t done = 0; done < n;) {
+        const ssize_t w = ::write(STDERR_FILENO, buf + done, static_cast<size_t>(n - done));
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;
+        done += w;
+      }
+      for (ssize_t i = 0; i < n; ++i) {
+        if (buf[i] != '\n') {
+          if (line.size() < 4096) line.push_back(buf[i]);
+          continue;
+        }
+        if (!failure_seen_.load() && is_srun_task_failure_line(line)) failure_seen_ = true;
+        line.clear();
+      }
+    }
+    ::close(fd);
+  }
+  void join_relay() {
+    if (relay_.joinable()) relay_.join();
+  }
+
   std::vector<std::string> command_;
   pid_t pid_ = -1;
   int status_ = 0;
+  std::thread relay_;
+  std::atomic<bool> failure_seen_{false};
 };
 
 }  // namespace

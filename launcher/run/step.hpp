@@ -32,6 +32,9 @@ class Step {
   // Reaps what has exited (never blocks); true once the whole step has ended.
   virtual bool reap() = 0;
   virtual StepResult result() const = 0;
+  // True once srun reported a failed task or a node failure during this attempt (while
+  // srun itself may still wait for a task on a node that no longer answers).
+  virtual bool task_failure_seen() const { return false; }
 };
 
 // N ranks as children of this process. Like srun --kill-on-bad-exit, the first rank

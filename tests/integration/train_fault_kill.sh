@@ -19,6 +19,8 @@ kill -KILL "$pid"
 assert_eq COMPLETED "$(it_job_wait "$job" 120)" "the job completes after the killed rank"
 text=$(cat "$out")
 assert_contains "$text" "restart: attempt 1 failed" "saker-run logs the restart with its reason"
+assert_not_contains "$text" "requeued job" "a rank killed on healthy nodes is restarted in place, never requeued"
+assert_not_contains "$text" "do not answer" "no node was taken for lost"
 assert_contains "$text" "resumed from checkpoint step" "the step resumes from a checkpoint"
 assert_eq "$h" "$(hash_of "$out")" "the restarted run ends with the uninterrupted hash"
 echo "RECOVERY killed-rank: $(recovery_seconds "$out" "$t_fail") s from SIGKILL to the first step after resume"

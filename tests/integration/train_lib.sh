@@ -69,7 +69,7 @@ rank_pid() {
 release_requeued() {
   local job=$1
   it_wait_for 60 "job $job pending after its requeue" \
-    bash -c "squeue -h -j $job -o %T | grep -qx PENDING"
+    bash -c "squeue -h -j $job -o %T | grep -qx PENDING" >&2
   now
 }
 
