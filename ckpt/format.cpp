@@ -196,7 +196,8 @@ struct Reader::Located {
   h5::Id dataset;  // for datasets not stored contiguously (rewritten by another tool)
 };
 
-Reader::Reader(const fs::path& file) : file_(file), h5_(h5::open_file(file)) {
+Reader::Reader(const fs::path& file, bool drop_behind)
+    : file_(file), h5_(h5::open_file(file)), drop_behind_(drop_behind) {
   const std::string where = file.string();
   const hid_t root = h5_.get();
   if (!h5::has_attr(root, "saker_format") || h5::attr_string(root, "saker_format", where) != kFormatName)
@@ -293,19 +294,39 @@ void Reader::read_located(const Located& loc, std::byte* dst, const Progress& pr
       if (fd < 0) damaged(loc.where, "cannot open " + loc.data_file + ": " + std::strerror(errno));
       it = fds_.emplace(loc.data_file, fd).first;
     }
+    const int fd = it->second;
+    if (dst == nullptr && scratch_.size() < kPiece) scratch_.resize(kPiece);
     std::uint64_t done = 0;
     while (done < loc.size) {
       const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(kPiece, loc.size - done));
-      const ssize_t r = ::pread(it->second, dst + done, want, static_cast<off_t>(loc.offset + done));
-      if (r < 0 && errno == EINTR) continue;
-      if (r < 0) damaged(loc.where, std::string("read error: ") + std::strerror(errno));
-      if (r == 0) damaged(loc.where, "the file is truncated (the data ends early)");
-      sum.update(dst + done, static_cast<std::size_t>(r));
-      done += static_cast<std::uint64_t>(r);
-      if (progress) progress(static_cast<std::uint64_t>(r));
+      const std::uint64_t at = loc.offset + done;
+      std::byte* piece = dst != nullptr ? dst + done : scratch_.data();
+      std::size_t got = 0;  // a piece is read whole, then hashed while it is still in cache
+      while (got < want) {
+        const ssize_t r = ::pread(fd, piece + got, want - got, static_cast<off_t>(at + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) damaged(loc.where, std::string("read error: ") + std::strerror(errno));
+        if (r == 0) damaged(loc.where, "the file is truncated (the data ends early)");
+        got += static_cast<std::size_t>(r);
+      }
+      sum.update(piece, want);
+      if (drop_behind_) {
+        // From the start of the page holding `at`: bytes before it in that page were read
+        // already (or are HDF5 metadata, which HDF5 rereads if it needs them). The kernel
+        // keeps the partial page at the end, which the next piece drops.
+        const std::uint64_t from = at & ~std::uint64_t{4095};
+        ::posix_fadvise(fd, static_cast<off_t>(from), static_cast<off_t>(at + want - from), POSIX_FADV_DONTNEED);
+      }
+      done += want;
+      if (progress) progress(want);
     }
   } else if (loc.size > 0) {
     // Not contiguous on disk (e.g. rewritten by h5repack): let HDF5 read it.
+    std::vector<std::byte> whole;
+    if (dst == nullptr) {
+      whole.resize(loc.size);
+      dst = whole.data();
+    }
     h5::Id type(H5Dget_type(loc.dataset.get()));
     if (H5Dread(loc.dataset.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, dst) < 0)
       damaged(loc.where, "HDF5 could not read the data");
@@ -322,6 +343,8 @@ void Reader::read_stored(const TensorInfo& info, std::byte* dst, const Progress&
   if (loc.size != info.stored_bytes) damaged(loc.where, "size changed while reading");
   read_located(loc, dst, progress);
 }
+
+void Reader::check_stored(const TensorInfo& info, const Progress& progress) { read_stored(info, nullptr, progress); }
 
 Tensor Reader::read_tensor(const TensorInfo& info, const crypto::Key* key, const Progress& progress) {
   // Uninitialised storage: the read overwrites every byte, so zero-filling would only cost time.
@@ -358,6 +381,10 @@ std::vector<std::byte> Reader::read_blob(std::uint32_t shard, const char* name, 
   std::vector<std::byte> out(loc.size);
   read_located(loc, out.data(), progress);
   return out;
+}
+
+void Reader::check_blob(std::uint32_t shard, const char* name, const Progress& progress) {
+  read_located(locate(shard, name), nullptr, progress);
 }
 
 std::uint64_t Reader::total_stored_bytes() {

@@ -62,7 +62,9 @@ using Progress = std::function<void(std::uint64_t bytes)>;  // bytes just read
 
 class Reader {
  public:
-  explicit Reader(const std::filesystem::path& file);  // throws saker::Error
+  // drop_behind: each piece's page-cache pages are dropped once it is read and hashed
+  // (see ReadCache in saker/ckpt.hpp for when that is right). Throws saker::Error.
+  explicit Reader(const std::filesystem::path& file, bool drop_behind = false);
   ~Reader();
   const FileMeta& meta() const { return meta_; }
   const std::filesystem::path& file() const { return file_; }
@@ -70,10 +72,14 @@ class Reader {
   std::vector<TensorInfo> tensors(std::uint32_t shard);
   // Reads the stored bytes (ciphertext when encrypted) of one tensor into `dst`
   // (info.stored_bytes long) and checks its xxh3-128; throws naming the tensor on mismatch.
+  // dst == nullptr: the bytes are checked only, through a reused piece-sized buffer.
   void read_stored(const TensorInfo& info, std::byte* dst, const Progress& progress = {});
+  // Reads and checks the stored bytes without keeping them (no tensor-sized allocation).
+  void check_stored(const TensorInfo& info, const Progress& progress = {});
   // Reads, checks and (with `key`) decrypts one tensor into an owned Tensor.
   Tensor read_tensor(const TensorInfo& info, const crypto::Key* key, const Progress& progress = {});
   std::vector<std::byte> read_blob(std::uint32_t shard, const char* name, const Progress& progress = {});
+  void check_blob(std::uint32_t shard, const char* name, const Progress& progress = {});
   // Total stored bytes of every shard's tensors and blobs (for progress).
   std::uint64_t total_stored_bytes();
   // The files this checkpoint consists of (main file first).
@@ -88,6 +94,8 @@ class Reader {
   h5::Id h5_;
   FileMeta meta_;
   std::map<std::string, int> fds_;  // data files opened for pread
+  bool drop_behind_ = false;
+  std::vector<std::byte> scratch_;  // one piece, for bytes that are checked but not kept
 };
 
 }  // namespace saker::ckpt::format
