@@ -8,7 +8,9 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 
+#include "ckpt/hash_behind.hpp"
 #include "ckpt/partition.hpp"
 #include "ckpt/stream_write.hpp"
 #include "common/error.hpp"
@@ -286,7 +288,7 @@ Reader::Located Reader::locate(std::uint32_t shard, const std::string& path_in_s
 }
 
 void Reader::read_located(const Located& loc, std::byte* dst, const Progress& progress) {
-  hash::Xxh3Stream sum;
+  hash::Digest128 digest;
   if (loc.size > 0 && loc.offset != HADDR_UNDEF && !loc.data_file.empty()) {
     auto it = fds_.find(loc.data_file);
     if (it == fds_.end()) {
@@ -294,33 +296,8 @@ void Reader::read_located(const Located& loc, std::byte* dst, const Progress& pr
       if (fd < 0) damaged(loc.where, "cannot open " + loc.data_file + ": " + std::strerror(errno));
       it = fds_.emplace(loc.data_file, fd).first;
     }
-    const int fd = it->second;
-    if (dst == nullptr && scratch_.size() < kPiece) scratch_.resize(kPiece);
-    std::uint64_t done = 0;
-    while (done < loc.size) {
-      const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(kPiece, loc.size - done));
-      const std::uint64_t at = loc.offset + done;
-      std::byte* piece = dst != nullptr ? dst + done : scratch_.data();
-      std::size_t got = 0;  // a piece is read whole, then hashed while it is still in cache
-      while (got < want) {
-        const ssize_t r = ::pread(fd, piece + got, want - got, static_cast<off_t>(at + got));
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) damaged(loc.where, std::string("read error: ") + std::strerror(errno));
-        if (r == 0) damaged(loc.where, "the file is truncated (the data ends early)");
-        got += static_cast<std::size_t>(r);
-      }
-      sum.update(piece, want);
-      if (drop_behind_) {
-        // From the start of the page holding `at`: bytes before it in that page were read
-        // already (or are HDF5 metadata, which HDF5 rereads if it needs them). The kernel
-        // keeps the partial page at the end, which the next piece drops.
-        const std::uint64_t from = at & ~std::uint64_t{4095};
-        ::posix_fadvise(fd, static_cast<off_t>(from), static_cast<off_t>(at + want - from), POSIX_FADV_DONTNEED);
-      }
-      done += want;
-      if (progress) progress(want);
-    }
-  } else if (loc.size > 0) {
+    digest = read_pieces(it->second, loc, dst, progress);
+  } else {
     // Not contiguous on disk (e.g. rewritten by h5repack): let HDF5 read it.
     std::vector<std::byte> whole;
     if (dst == nullptr) {
@@ -328,14 +305,58 @@ void Reader::read_located(const Located& loc, std::byte* dst, const Progress& pr
       dst = whole.data();
     }
     h5::Id type(H5Dget_type(loc.dataset.get()));
-    if (H5Dread(loc.dataset.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, dst) < 0)
+    if (loc.size > 0 && H5Dread(loc.dataset.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, dst) < 0)
       damaged(loc.where, "HDF5 could not read the data");
-    sum.update(dst, loc.size);
+    digest = hash::xxh3_128(dst, loc.size);
     if (progress) progress(loc.size);
   }
-  const std::string got = sum.digest().hex();
+  const std::string got = digest.hex();
   if (got != loc.xxh3)
     damaged(loc.where, "checksum mismatch: stored xxh3-128 " + loc.xxh3 + ", data hashes to " + got);
+}
+
+hash::Digest128 Reader::read_pieces(int fd, const Located& loc, std::byte* dst, const Progress& progress) {
+  // Small data is hashed inline: handing it to the helper would cost more than the hash.
+  const bool behind = loc.size > kPiece;
+  if (behind && !hasher_) hasher_ = std::make_unique<HashBehind>();
+  std::optional<hash::Xxh3Stream> inline_sum;
+  if (behind) hasher_->reset(); else inline_sum.emplace();
+  // Whatever happens, the helper is done with our buffers before they can be freed.
+  struct Drain {
+    HashBehind* h;
+    ~Drain() {
+      if (h) h->wait_until_pending(0);
+    }
+  } drain{behind ? hasher_.get() : nullptr};
+  if (dst == nullptr && scratch_.size() < 2 * kPiece) scratch_.resize(2 * kPiece);
+  std::uint64_t done = 0;
+  for (std::size_t index = 0; done < loc.size; ++index) {
+    const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(kPiece, loc.size - done));
+    const std::uint64_t at = loc.offset + done;
+    std::byte* piece = dst != nullptr ? dst + done : scratch_.data() + (index % 2) * kPiece;
+    // Check-only reads alternate two buffers: the one read two pieces ago must be hashed.
+    if (dst == nullptr && behind) hasher_->wait_until_pending(1);
+    std::size_t got = 0;
+    while (got < want) {
+      const ssize_t r = ::pread(fd, piece + got, want - got, static_cast<off_t>(at + got));
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) damaged(loc.where, std::string("read error: ") + std::strerror(errno));
+      if (r == 0) damaged(loc.where, "the file is truncated (the data ends early)");
+      got += static_cast<std::size_t>(r);
+    }
+    if (drop_behind_) {
+      // The bytes are in `piece` now. From the start of the page holding `at`: bytes
+      // before it in that page were read already (or are HDF5 metadata, which HDF5
+      // rereads if it needs them); the kernel keeps the partial page at the end, which
+      // the next piece drops.
+      const std::uint64_t from = at & ~std::uint64_t{4095};
+      ::posix_fadvise(fd, static_cast<off_t>(from), static_cast<off_t>(at + want - from), POSIX_FADV_DONTNEED);
+    }
+    if (behind) hasher_->add(piece, want); else inline_sum->update(piece, want);
+    done += want;
+    if (progress) progress(want);
+  }
+  return behind ? hasher_->digest() : inline_sum->digest();
 }
 
 void Reader::read_stored(const TensorInfo& info, std::byte* dst, const Progress& progress) {

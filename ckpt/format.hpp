@@ -18,6 +18,8 @@
 
 #include "ckpt/crypto.hpp"
 #include "ckpt/h5.hpp"
+#include "ckpt/hash_behind.hpp"
+#include "common/hash.hpp"
 #include "saker/ckpt.hpp"
 
 namespace saker::ckpt::format {
@@ -89,13 +91,15 @@ class Reader {
   struct Located;
   Located locate(std::uint32_t shard, const std::string& path_in_shard);
   void read_located(const Located& loc, std::byte* dst, const Progress& progress);
+  hash::Digest128 read_pieces(int fd, const Located& loc, std::byte* dst, const Progress& progress);
 
   std::filesystem::path file_;
   h5::Id h5_;
   FileMeta meta_;
   std::map<std::string, int> fds_;  // data files opened for pread
   bool drop_behind_ = false;
-  std::vector<std::byte> scratch_;  // one piece, for bytes that are checked but not kept
+  std::vector<std::byte> scratch_;      // two pieces, for bytes that are checked but not kept
+  std::unique_ptr<HashBehind> hasher_;  // started by the first read of more than one piece
 };
 
 }  // namespace saker::ckpt::format
