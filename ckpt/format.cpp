@@ -1,6 +1,7 @@
 #include "ckpt/format.hpp"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -315,6 +316,18 @@ void Reader::read_located(const Located& loc, std::byte* dst, const Progress& pr
     damaged(loc.where, "checksum mismatch: stored xxh3-128 " + loc.xxh3 + ", data hashes to " + got);
 }
 
+void Reader::populate(std::byte* p, std::size_t size) {
+  // Whole pages inside [p, p + size) only: the pages at the edges may belong to others.
+  const std::uintptr_t page = 4096;
+  const std::uintptr_t from = (reinterpret_cast<std::uintptr_t>(p) + page - 1) & ~(page - 1);
+  const std::uintptr_t to = (reinterpret_cast<std::uintptr_t>(p) + size) & ~(page - 1);
+  if (to <= from) return;
+  // MADV_POPULATE_WRITE (Linux 5.14) never changes bytes already there, so racing with
+  // the read into the same pages is safe. Older kernels: the read faults them in itself.
+  if (::madvise(reinterpret_cast<void*>(from), to - from, MADV_POPULATE_WRITE) != 0 && errno == EINVAL)
+    populate_ = false;
+}
+
 hash::Digest128 Reader::read_pieces(int fd, const Located& loc, std::byte* dst, const Progress& progress) {
   // Small data is hashed inline: handing it to the helper would cost more than the hash.
   const bool behind = loc.size > kPiece;
@@ -336,6 +349,12 @@ hash::Digest128 Reader::read_pieces(int fd, const Located& loc, std::byte* dst, 
     std::byte* piece = dst != nullptr ? dst + done : scratch_.data() + (index % 2) * kPiece;
     // Check-only reads alternate two buffers: the one read two pieces ago must be hashed.
     if (dst == nullptr && behind) hasher_->wait_until_pending(1);
+    // Fresh destination memory costs a page fault per 4 KiB page, as much as the read
+    // itself on our VMs: the helper faults the next piece in while we read this one.
+    if (dst != nullptr && behind && populate_ && done + want < loc.size)
+      hasher_->run([this, next = dst + done + want, size = std::min<std::uint64_t>(kPiece, loc.size - done - want)] {
+        populate(next, size);
+      });
     std::size_t got = 0;
     while (got < want) {
       const ssize_t r = ::pread(fd, piece + got, want - got, static_cast<off_t>(at + got));
@@ -344,15 +363,24 @@ hash::Digest128 Reader::read_pieces(int fd, const Located& loc, std::byte* dst, 
       if (r == 0) damaged(loc.where, "the file is truncated (the data ends early)");
       got += static_cast<std::size_t>(r);
     }
+    // The bytes are in `piece` now, so the page cache behind them may go. From the start
+    // of the page holding `at`: bytes before it in that page were read already (or are
+    // HDF5 metadata, which HDF5 rereads if it needs them); the kernel keeps the partial
+    // page at the end, which the next piece drops. Freeing pages takes time too, so the
+    // helper does it after the hash.
+    std::function<void()> drop;
     if (drop_behind_) {
-      // The bytes are in `piece` now. From the start of the page holding `at`: bytes
-      // before it in that page were read already (or are HDF5 metadata, which HDF5
-      // rereads if it needs them); the kernel keeps the partial page at the end, which
-      // the next piece drops.
       const std::uint64_t from = at & ~std::uint64_t{4095};
-      ::posix_fadvise(fd, static_cast<off_t>(from), static_cast<off_t>(at + want - from), POSIX_FADV_DONTNEED);
+      drop = [fd, from, end = at + want] {
+        ::posix_fadvise(fd, static_cast<off_t>(from), static_cast<off_t>(end - from), POSIX_FADV_DONTNEED);
+      };
     }
-    if (behind) hasher_->add(piece, want); else inline_sum->update(piece, want);
+    if (behind) {
+      hasher_->add(piece, want, std::move(drop));
+    } else {
+      inline_sum->update(piece, want);
+      if (drop) drop();
+    }
     done += want;
     if (progress) progress(want);
   }

@@ -6,6 +6,7 @@
 // disk speed and can checksum each piece while it is still in cache.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -92,6 +93,7 @@ class Reader {
   Located locate(std::uint32_t shard, const std::string& path_in_shard);
   void read_located(const Located& loc, std::byte* dst, const Progress& progress);
   hash::Digest128 read_pieces(int fd, const Located& loc, std::byte* dst, const Progress& progress);
+  void populate(std::byte* p, std::size_t size);  // on the helper thread
 
   std::filesystem::path file_;
   h5::Id h5_;
@@ -100,6 +102,7 @@ class Reader {
   bool drop_behind_ = false;
   std::vector<std::byte> scratch_;      // two pieces, for bytes that are checked but not kept
   std::unique_ptr<HashBehind> hasher_;  // started by the first read of more than one piece
+  std::atomic<bool> populate_{true};    // false once the kernel lacks MADV_POPULATE_WRITE
 };
 
 }  // namespace saker::ckpt::format

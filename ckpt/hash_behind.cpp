@@ -2,7 +2,7 @@
 
 namespace saker::ckpt {
 
-HashBehind::HashBehind() : helper_([this] { run(); }) { sum_.emplace(); }
+HashBehind::HashBehind() : helper_([this] { loop(); }) { sum_.emplace(); }
 
 HashBehind::~HashBehind() {
   {
@@ -19,10 +19,10 @@ void HashBehind::reset() {
   sum_.emplace();
 }
 
-void HashBehind::add(const std::byte* p, std::size_t n) {
+void HashBehind::add(const std::byte* p, std::size_t n, std::function<void()> then) {
   {
     std::lock_guard lock(mu_);
-    queue_.push_back({p, n});
+    queue_.push_back({p, n, std::move(then)});
   }
   work_.notify_one();
 }
@@ -37,16 +37,17 @@ hash::Digest128 HashBehind::digest() {
   return sum_->digest();
 }
 
-void HashBehind::run() {
+void HashBehind::loop() {
   std::unique_lock lock(mu_);
   for (;;) {
     work_.wait(lock, [&] { return stop_ || !queue_.empty(); });
     if (queue_.empty()) return;  // stop_ and nothing left
-    const Piece piece = queue_.front();
+    Piece piece = std::move(queue_.front());
     queue_.pop_front();
     busy_ = true;
     lock.unlock();
-    sum_->update(piece.p, piece.n);
+    if (piece.n > 0) sum_->update(piece.p, piece.n);
+    if (piece.then) piece.then();
     lock.lock();
     busy_ = false;
     done_.notify_all();

@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -26,8 +27,11 @@ class HashBehind {
 
   // Starts a new checksum (the previous one must have been taken with digest()).
   void reset();
-  // Queues [p, p + n): the bytes must stay valid and unchanged until hashed.
-  void add(const std::byte* p, std::size_t n);
+  // Queues [p, p + n): the bytes must stay valid and unchanged until hashed. `then` runs
+  // on the helper right after (e.g. dropping the piece's page cache, off the reader's path).
+  void add(const std::byte* p, std::size_t n, std::function<void()> then = {});
+  // Queues work that needs no hashing, in order with the pieces.
+  void run(std::function<void()> task) { add(nullptr, 0, std::move(task)); }
   // Waits until at most `pieces` queued pieces are not yet hashed (0: all of them);
   // afterwards the buffers of every other piece may be reused or freed.
   void wait_until_pending(std::size_t pieces);
@@ -38,8 +42,9 @@ class HashBehind {
   struct Piece {
     const std::byte* p;
     std::size_t n;
+    std::function<void()> then;
   };
-  void run();
+  void loop();
 
   std::mutex mu_;
   std::condition_variable work_, done_;
