@@ -3,13 +3,18 @@
 //   save  1 GiB: Checkpointer::save (HDF5 metadata, xxh3-128, fsync, rename, dir fsync,
 //                "latest") vs fwrite + fflush + fsync of the same bytes;
 //   load  1 GiB: Checkpointer::load_latest (every checksum verified) vs read() of the
-//                same bytes, both from disk (the files are evicted from the page cache);
+//                same bytes into buffers of the tensors' sizes, allocated the same way
+//                (new[], untouched). Both start from the same page-cache state: both files
+//                are evicted right before each read, so neither is cached and each reader
+//                finds the other's pages just freed. Who goes first alternates.
 //   async stall: the time save_async blocks the caller vs a memcpy of the state into a
 //                warm buffer.
 // Targets: save and load >= 0.9x the raw peer's throughput, stall <= 1.5x the memcpy.
 //
 // Environment: SAKER_BENCH_DIR (default: the current directory), SAKER_BENCH_CKPT_MIB
-// (default 1024), SAKER_BENCH_REPEAT (default 3; medians are printed).
+// (default 1024), SAKER_BENCH_REPEAT (default 3; medians and min-max are printed),
+// SAKER_BENCH_READ_CACHE (automatic, keep or drop: Options::read_cache for the load;
+// automatic drops here, as this is a single process).
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -42,6 +47,14 @@ double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+// "min-max" of per-round throughputs in GB/s, to show the spread behind a median.
+std::string spread(const std::vector<double>& seconds, double gb) {
+  const auto [lo, hi] = std::minmax_element(seconds.begin(), seconds.end());
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.2f-%.2f", gb / *hi, gb / *lo);
+  return buf;
 }
 
 // Drops a file's (clean, fsync'ed) pages from the page cache so the next read hits disk.
@@ -79,15 +92,20 @@ double raw_write(const fs::path& file, const std::vector<std::vector<float>>& te
   return since(t0);
 }
 
-double raw_read(const fs::path& file, std::size_t bytes) {
+// One destination per tensor, like the loader's, filled by read() in 8 MiB calls.
+double raw_read(const fs::path& file, const std::vector<std::vector<float>>& tensors) {
   const auto t0 = Clock::now();
-  std::unique_ptr<std::byte[]> buf(new std::byte[bytes]);
+  std::vector<std::unique_ptr<std::byte[]>> bufs;
   const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
-  std::size_t done = 0;
-  while (done < bytes) {
-    const ssize_t n = ::read(fd, buf.get() + done, std::min<std::size_t>(bytes - done, std::size_t{8} << 20));
-    if (n <= 0) std::abort();
-    done += static_cast<std::size_t>(n);
+  for (const auto& t : tensors) {
+    const std::size_t bytes = t.size() * sizeof(float);
+    bufs.emplace_back(new std::byte[bytes]);
+    std::size_t done = 0;
+    while (done < bytes) {
+      const ssize_t n = ::read(fd, bufs.back().get() + done, std::min<std::size_t>(bytes - done, std::size_t{8} << 20));
+      if (n <= 0) std::abort();
+      done += static_cast<std::size_t>(n);
+    }
   }
   ::close(fd);
   return since(t0);
@@ -119,10 +137,19 @@ int main() {
     st.tensors.push_back(ck::Tensor::view_of<float>("layer" + std::to_string(t) + ".weight", ck::DType::f32,
                                                     {floats / 1024, 1024}, data[t]));
 
-  std::printf("bench_ckpt: %zu MiB in %zu tensors, %zu repeats, directory %s\n", mib, n_tensors, repeat, dir.c_str());
   std::vector<double> raw_w, ours_w, raw_r, ours_r, copy_s, stall_s;
   ck::Options opt;
   opt.keep_last = 1;
+  const char* cache_env = std::getenv("SAKER_BENCH_READ_CACHE");
+  const std::string cache = cache_env && *cache_env ? cache_env : "automatic";
+  if (cache == "keep") opt.read_cache = ck::ReadCache::keep;
+  else if (cache == "drop") opt.read_cache = ck::ReadCache::drop;
+  else if (cache != "automatic") {
+    std::fprintf(stderr, "bench_ckpt: SAKER_BENCH_READ_CACHE must be automatic, keep or drop, not '%s'\n", cache.c_str());
+    return 2;
+  }
+  std::printf("bench_ckpt: %zu MiB in %zu tensors, %zu repeats, read cache %s, directory %s\n", mib, n_tensors, repeat,
+              cache.c_str(), dir.c_str());
   ck::Checkpointer ckpt(dir / "ckpt", opt);
   const auto raw_save = [&] {
     settle(dir);
@@ -144,15 +171,32 @@ int main() {
       our_save();
       raw_save();
     }
-    evict_dir(dir);
-    evict_dir(dir / "ckpt");
-    settle(dir);
-    raw_r.push_back(raw_read(dir / "raw.bin", bytes));
-    settle(dir);
-    const auto t0 = Clock::now();
-    auto loaded = ckpt.load_latest();
-    ours_r.push_back(since(t0));
-    if (!loaded || loaded->state.step != st.step) {
+    // Before each read: neither file cached, no writeback pending.
+    const auto cold = [&] {
+      evict_dir(dir);
+      evict_dir(dir / "ckpt");
+      settle(dir);
+    };
+    const auto raw_load = [&] {
+      cold();
+      raw_r.push_back(raw_read(dir / "raw.bin", data));
+    };
+    bool loaded_ok = true;
+    const auto our_load = [&] {
+      cold();
+      const auto t0 = Clock::now();
+      auto loaded = ckpt.load_latest();
+      ours_r.push_back(since(t0));
+      loaded_ok = loaded && loaded->state.step == st.step;
+    };
+    if (r % 2 == 0) {
+      our_load();
+      raw_load();
+    } else {
+      raw_load();
+      our_load();
+    }
+    if (!loaded_ok) {
       std::fprintf(stderr, "bench_ckpt: load_latest did not return step %zu\n", r + 1);
       return 1;
     }
@@ -184,10 +228,17 @@ int main() {
   const double gib = static_cast<double>(bytes) / (1u << 30);
   const double w_raw = median(raw_w), w_ours = median(ours_w), r_raw = median(raw_r), r_ours = median(ours_r);
   const double c = median(copy_s), s = median(stall_s);
-  std::printf("save:  saker %.2f GB/s, raw fwrite+fsync %.2f GB/s: ratio %.2fx (target >= 0.9x)\n",
-              gib * 1.073741824 / w_ours, gib * 1.073741824 / w_raw, w_raw / w_ours);
-  std::printf("load:  saker %.2f GB/s (verified), raw read %.2f GB/s: ratio %.2fx (target >= 0.9x)\n",
-              gib * 1.073741824 / r_ours, gib * 1.073741824 / r_raw, r_raw / r_ours);
+  const double gb = gib * 1.073741824;
+  std::printf("save:  saker %.2f GB/s (%s), raw fwrite+fsync %.2f GB/s (%s): ratio %.2fx (target >= 0.9x)\n",
+              gb / w_ours, spread(ours_w, gb).c_str(), gb / w_raw, spread(raw_w, gb).c_str(), w_raw / w_ours);
+  // Each round's two loads run back to back, so the median of per-round ratios is less
+  // moved by the machine's load drifting between rounds than the ratio of medians.
+  std::vector<double> paired;
+  for (std::size_t i = 0; i < raw_r.size(); ++i) paired.push_back(raw_r[i] / ours_r[i]);
+  std::printf("load:  saker %.2f GB/s (%s, verified), raw read %.2f GB/s (%s): ratio %.2fx (target >= 0.9x; "
+              "per-round ratios: median %.2fx)\n",
+              gb / r_ours, spread(ours_r, gb).c_str(), gb / r_raw, spread(raw_r, gb).c_str(), r_raw / r_ours,
+              median(paired));
   std::printf("async: stall %.1f ms, memcpy %.1f ms: ratio %.2fx (target <= 1.5x)\n", s * 1e3, c * 1e3, s / c);
   std::error_code ec;
   fs::remove_all(dir, ec);

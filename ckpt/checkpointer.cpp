@@ -335,7 +335,8 @@ std::optional<SaveReport> Checkpointer::wait() {
 
 LoadReport Checkpointer::load(const fs::path& file, std::uint32_t rank, std::uint32_t world_size) {
   wait();
-  return load_checkpoint(file, rank, world_size, impl_->key ? &*impl_->key : nullptr);
+  return load_checkpoint(file, rank, world_size, impl_->key ? &*impl_->key : nullptr,
+                         drop_read_cache(options_.read_cache, world_size));
 }
 
 std::optional<LoadReport> Checkpointer::load_latest(std::uint32_t rank, std::uint32_t world_size) {
@@ -344,7 +345,8 @@ std::optional<LoadReport> Checkpointer::load_latest(std::uint32_t rank, std::uin
   auto files = list_checkpoints(dir_);
   for (auto it = files.rbegin(); it != files.rend(); ++it) {
     try {
-      LoadReport r = load_checkpoint(*it, rank, world_size, impl_->key ? &*impl_->key : nullptr);
+      LoadReport r = load_checkpoint(*it, rank, world_size, impl_->key ? &*impl_->key : nullptr,
+                                     drop_read_cache(options_.read_cache, world_size));
       r.rejected = std::move(rejected);
       log::info("ckpt: loaded " + it->string() + " (step " + std::to_string(r.state.step) +
                 (r.resharded ? ", resharded from world size " + std::to_string(r.saved_world_size) : std::string()) + ")");

@@ -1,6 +1,7 @@
 #include "ckpt/format.hpp"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,7 +9,9 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 
+#include "ckpt/hash_behind.hpp"
 #include "ckpt/partition.hpp"
 #include "ckpt/stream_write.hpp"
 #include "common/error.hpp"
@@ -196,7 +199,8 @@ struct Reader::Located {
   h5::Id dataset;  // for datasets not stored contiguously (rewritten by another tool)
 };
 
-Reader::Reader(const fs::path& file) : file_(file), h5_(h5::open_file(file)) {
+Reader::Reader(const fs::path& file, bool drop_behind)
+    : file_(file), h5_(h5::open_file(file)), drop_behind_(drop_behind) {
   const std::string where = file.string();
   const hid_t root = h5_.get();
   if (!h5::has_attr(root, "saker_format") || h5::attr_string(root, "saker_format", where) != kFormatName)
@@ -285,7 +289,7 @@ Reader::Located Reader::locate(std::uint32_t shard, const std::string& path_in_s
 }
 
 void Reader::read_located(const Located& loc, std::byte* dst, const Progress& progress) {
-  hash::Xxh3Stream sum;
+  hash::Digest128 digest;
   if (loc.size > 0 && loc.offset != HADDR_UNDEF && !loc.data_file.empty()) {
     auto it = fds_.find(loc.data_file);
     if (it == fds_.end()) {
@@ -293,28 +297,94 @@ void Reader::read_located(const Located& loc, std::byte* dst, const Progress& pr
       if (fd < 0) damaged(loc.where, "cannot open " + loc.data_file + ": " + std::strerror(errno));
       it = fds_.emplace(loc.data_file, fd).first;
     }
-    std::uint64_t done = 0;
-    while (done < loc.size) {
-      const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(kPiece, loc.size - done));
-      const ssize_t r = ::pread(it->second, dst + done, want, static_cast<off_t>(loc.offset + done));
+    digest = read_pieces(it->second, loc, dst, progress);
+  } else {
+    // Not contiguous on disk (e.g. rewritten by h5repack): let HDF5 read it.
+    std::vector<std::byte> whole;
+    if (dst == nullptr) {
+      whole.resize(loc.size);
+      dst = whole.data();
+    }
+    h5::Id type(H5Dget_type(loc.dataset.get()));
+    if (loc.size > 0 && H5Dread(loc.dataset.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, dst) < 0)
+      damaged(loc.where, "HDF5 could not read the data");
+    digest = hash::xxh3_128(dst, loc.size);
+    if (progress) progress(loc.size);
+  }
+  const std::string got = digest.hex();
+  if (got != loc.xxh3)
+    damaged(loc.where, "checksum mismatch: stored xxh3-128 " + loc.xxh3 + ", data hashes to " + got);
+}
+
+void Reader::populate(std::byte* p, std::size_t size) {
+  // Whole pages inside [p, p + size) only: the pages at the edges may belong to others.
+  const std::uintptr_t page = 4096;
+  const std::uintptr_t from = (reinterpret_cast<std::uintptr_t>(p) + page - 1) & ~(page - 1);
+  const std::uintptr_t to = (reinterpret_cast<std::uintptr_t>(p) + size) & ~(page - 1);
+  if (to <= from) return;
+  // MADV_POPULATE_WRITE (Linux 5.14) never changes bytes already there, so racing with
+  // the read into the same pages is safe. Older kernels: the read faults them in itself.
+  if (::madvise(reinterpret_cast<void*>(from), to - from, MADV_POPULATE_WRITE) != 0 && errno == EINVAL)
+    populate_ = false;
+}
+
+hash::Digest128 Reader::read_pieces(int fd, const Located& loc, std::byte* dst, const Progress& progress) {
+  // Small data is hashed inline: handing it to the helper would cost more than the hash.
+  const bool behind = loc.size > kPiece;
+  if (behind && !hasher_) hasher_ = std::make_unique<HashBehind>();
+  std::optional<hash::Xxh3Stream> inline_sum;
+  if (behind) hasher_->reset(); else inline_sum.emplace();
+  // Whatever happens, the helper is done with our buffers before they can be freed.
+  struct Drain {
+    HashBehind* h;
+    ~Drain() {
+      if (h) h->wait_until_pending(0);
+    }
+  } drain{behind ? hasher_.get() : nullptr};
+  if (dst == nullptr && scratch_.size() < 2 * kPiece) scratch_.resize(2 * kPiece);
+  std::uint64_t done = 0;
+  for (std::size_t index = 0; done < loc.size; ++index) {
+    const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(kPiece, loc.size - done));
+    const std::uint64_t at = loc.offset + done;
+    std::byte* piece = dst != nullptr ? dst + done : scratch_.data() + (index % 2) * kPiece;
+    // Check-only reads alternate two buffers: the one read two pieces ago must be hashed.
+    if (dst == nullptr && behind) hasher_->wait_until_pending(1);
+    // Fresh destination memory costs a page fault per 4 KiB page, as much as the read
+    // itself on our VMs: the helper faults the next piece in while we read this one.
+    if (dst != nullptr && behind && populate_ && done + want < loc.size)
+      hasher_->run([this, next = dst + done + want, size = std::min<std::uint64_t>(kPiece, loc.size - done - want)] {
+        populate(next, size);
+      });
+    std::size_t got = 0;
+    while (got < want) {
+      const ssize_t r = ::pread(fd, piece + got, want - got, static_cast<off_t>(at + got));
       if (r < 0 && errno == EINTR) continue;
       if (r < 0) damaged(loc.where, std::string("read error: ") + std::strerror(errno));
       if (r == 0) damaged(loc.where, "the file is truncated (the data ends early)");
-      sum.update(dst + done, static_cast<std::size_t>(r));
-      done += static_cast<std::uint64_t>(r);
-      if (progress) progress(static_cast<std::uint64_t>(r));
+      got += static_cast<std::size_t>(r);
     }
-  } else if (loc.size > 0) {
-    // Not contiguous on disk (e.g. rewritten by h5repack): let HDF5 read it.
-    h5::Id type(H5Dget_type(loc.dataset.get()));
-    if (H5Dread(loc.dataset.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, dst) < 0)
-      damaged(loc.where, "HDF5 could not read the data");
-    sum.update(dst, loc.size);
-    if (progress) progress(loc.size);
+    // The bytes are in `piece` now, so the page cache behind them may go. From the start
+    // of the page holding `at`: bytes before it in that page were read already (or are
+    // HDF5 metadata, which HDF5 rereads if it needs them); the kernel keeps the partial
+    // page at the end, which the next piece drops. Freeing pages takes time too, so the
+    // helper does it after the hash.
+    std::function<void()> drop;
+    if (drop_behind_) {
+      const std::uint64_t from = at & ~std::uint64_t{4095};
+      drop = [fd, from, end = at + want] {
+        ::posix_fadvise(fd, static_cast<off_t>(from), static_cast<off_t>(end - from), POSIX_FADV_DONTNEED);
+      };
+    }
+    if (behind) {
+      hasher_->add(piece, want, std::move(drop));
+    } else {
+      inline_sum->update(piece, want);
+      if (drop) drop();
+    }
+    done += want;
+    if (progress) progress(want);
   }
-  const std::string got = sum.digest().hex();
-  if (got != loc.xxh3)
-    damaged(loc.where, "checksum mismatch: stored xxh3-128 " + loc.xxh3 + ", data hashes to " + got);
+  return behind ? hasher_->digest() : inline_sum->digest();
 }
 
 void Reader::read_stored(const TensorInfo& info, std::byte* dst, const Progress& progress) {
@@ -322,6 +392,8 @@ void Reader::read_stored(const TensorInfo& info, std::byte* dst, const Progress&
   if (loc.size != info.stored_bytes) damaged(loc.where, "size changed while reading");
   read_located(loc, dst, progress);
 }
+
+void Reader::check_stored(const TensorInfo& info, const Progress& progress) { read_stored(info, nullptr, progress); }
 
 Tensor Reader::read_tensor(const TensorInfo& info, const crypto::Key* key, const Progress& progress) {
   // Uninitialised storage: the read overwrites every byte, so zero-filling would only cost time.
@@ -358,6 +430,10 @@ std::vector<std::byte> Reader::read_blob(std::uint32_t shard, const char* name, 
   std::vector<std::byte> out(loc.size);
   read_located(loc, out.data(), progress);
   return out;
+}
+
+void Reader::check_blob(std::uint32_t shard, const char* name, const Progress& progress) {
+  read_located(locate(shard, name), nullptr, progress);
 }
 
 std::uint64_t Reader::total_stored_bytes() {

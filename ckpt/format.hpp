@@ -6,6 +6,7 @@
 // disk speed and can checksum each piece while it is still in cache.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -18,6 +19,8 @@
 
 #include "ckpt/crypto.hpp"
 #include "ckpt/h5.hpp"
+#include "ckpt/hash_behind.hpp"
+#include "common/hash.hpp"
 #include "saker/ckpt.hpp"
 
 namespace saker::ckpt::format {
@@ -62,7 +65,9 @@ using Progress = std::function<void(std::uint64_t bytes)>;  // bytes just read
 
 class Reader {
  public:
-  explicit Reader(const std::filesystem::path& file);  // throws saker::Error
+  // drop_behind: each piece's page-cache pages are dropped once it is read and hashed
+  // (see ReadCache in saker/ckpt.hpp for when that is right). Throws saker::Error.
+  explicit Reader(const std::filesystem::path& file, bool drop_behind = false);
   ~Reader();
   const FileMeta& meta() const { return meta_; }
   const std::filesystem::path& file() const { return file_; }
@@ -70,10 +75,14 @@ class Reader {
   std::vector<TensorInfo> tensors(std::uint32_t shard);
   // Reads the stored bytes (ciphertext when encrypted) of one tensor into `dst`
   // (info.stored_bytes long) and checks its xxh3-128; throws naming the tensor on mismatch.
+  // dst == nullptr: the bytes are checked only, through a reused piece-sized buffer.
   void read_stored(const TensorInfo& info, std::byte* dst, const Progress& progress = {});
+  // Reads and checks the stored bytes without keeping them (no tensor-sized allocation).
+  void check_stored(const TensorInfo& info, const Progress& progress = {});
   // Reads, checks and (with `key`) decrypts one tensor into an owned Tensor.
   Tensor read_tensor(const TensorInfo& info, const crypto::Key* key, const Progress& progress = {});
   std::vector<std::byte> read_blob(std::uint32_t shard, const char* name, const Progress& progress = {});
+  void check_blob(std::uint32_t shard, const char* name, const Progress& progress = {});
   // Total stored bytes of every shard's tensors and blobs (for progress).
   std::uint64_t total_stored_bytes();
   // The files this checkpoint consists of (main file first).
@@ -83,11 +92,17 @@ class Reader {
   struct Located;
   Located locate(std::uint32_t shard, const std::string& path_in_shard);
   void read_located(const Located& loc, std::byte* dst, const Progress& progress);
+  hash::Digest128 read_pieces(int fd, const Located& loc, std::byte* dst, const Progress& progress);
+  void populate(std::byte* p, std::size_t size);  // on the helper thread
 
   std::filesystem::path file_;
   h5::Id h5_;
   FileMeta meta_;
   std::map<std::string, int> fds_;  // data files opened for pread
+  bool drop_behind_ = false;
+  std::vector<std::byte> scratch_;      // two pieces, for bytes that are checked but not kept
+  std::unique_ptr<HashBehind> hasher_;  // started by the first read of more than one piece
+  std::atomic<bool> populate_{true};    // false once the kernel lacks MADV_POPULATE_WRITE
 };
 
 }  // namespace saker::ckpt::format

@@ -45,13 +45,9 @@ Verdict verify(const fs::path& file, const Progress& progress) {
       done += n;
       if (progress) progress(done, total);
     };
-    std::vector<std::byte> scratch;
     for (std::uint32_t s = 0; s < reader.meta().world_size; ++s) {
-      for (const TensorInfo& t : reader.tensors(s)) {
-        scratch.resize(t.stored_bytes);
-        reader.read_stored(t, scratch.data(), tick);
-      }
-      for (const char* blob : {"rng_state", "data_cursor"}) reader.read_blob(s, blob, tick);
+      for (const TensorInfo& t : reader.tensors(s)) reader.check_stored(t, tick);
+      for (const char* blob : {"rng_state", "data_cursor"}) reader.check_blob(s, blob, tick);
     }
     v.ok = true;
   } catch (const std::exception& e) {

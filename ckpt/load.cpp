@@ -1,6 +1,7 @@
 #include "ckpt/load.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 
@@ -29,7 +30,10 @@ void check_key(const format::FileMeta& meta, const crypto::Key* key, const fs::p
 // Rows [first, first+rows) of the whole tensor, copied out of the saved parts.
 Tensor assemble(const std::vector<Tensor>& parts, const Slice& want, const std::string& where) {
   const Tensor& any = parts.front();
-  const std::uint64_t row_bytes = any.shape[0] == 0 ? 0 : any.bytes.size() / any.shape[0];
+  // Parts this rank needs none of were checked but not kept (empty bytes): sizes come
+  // from dtype and shape.
+  std::uint64_t row_bytes = dtype_size(any.dtype);
+  for (std::size_t d = 1; d < any.shape.size(); ++d) row_bytes *= any.shape[d];
   auto storage = std::make_shared<std::vector<std::byte>>(want.rows * row_bytes);
   std::uint64_t next = 0;  // parts must tile the whole tensor without gaps or overlaps
   std::uint64_t part_first = 0;
@@ -56,13 +60,39 @@ Tensor assemble(const std::vector<Tensor>& parts, const Slice& want, const std::
   return t;
 }
 
+// Whether this rank uses any bytes of a saved part, or only needs it checked.
+bool needed(const TensorInfo& info, std::uint32_t rank, std::uint32_t world_size) {
+  if (info.placement == Placement::replicated) return true;
+  const Slice want = even_slice(info.global_shape[0], rank, world_size);
+  return info.offset < want.first_row + want.rows && want.first_row < info.offset + info.shape[0];
+}
+
+// The part's metadata with no bytes (assemble reads only its shape, dtype and rows).
+Tensor checked_only(const TensorInfo& info) {
+  Tensor t;
+  t.name = info.name;
+  t.dtype = info.dtype;
+  t.shape = info.shape;
+  t.placement = info.placement;
+  t.global_rows = info.global_shape[0];
+  return t;
+}
+
 }  // namespace
 
-LoadReport load_checkpoint(const fs::path& file, std::uint32_t rank, std::uint32_t world_size, const crypto::Key* key) {
+bool drop_read_cache(ReadCache mode, std::uint32_t world_size) {
+  if (mode != ReadCache::automatic) return mode == ReadCache::drop;
+  if (world_size <= 1) return true;
+  const char* local = std::getenv("LOCAL_WORLD_SIZE");  // a hint for speed only, never for safety
+  return local != nullptr && std::strcmp(local, "1") == 0;
+}
+
+LoadReport load_checkpoint(const fs::path& file, std::uint32_t rank, std::uint32_t world_size, const crypto::Key* key,
+                           bool drop_behind) {
   if (world_size == 0 || rank >= world_size)
     throw Error(explain("cannot load for rank " + std::to_string(rank) + " of " + std::to_string(world_size),
                         "the rank must be below the world size", "pass the caller's rank and world size"));
-  format::Reader reader(file);
+  format::Reader reader(file, drop_behind);
   const format::FileMeta& meta = reader.meta();
   check_key(meta, key, file);
 
@@ -87,7 +117,15 @@ LoadReport load_checkpoint(const fs::path& file, std::uint32_t rank, std::uint32
       if (info.placement == Placement::replicated && s != 0)
         throw Error(explain(file.string() + ": shard " + std::to_string(s) + " holds replicated tensor " + info.name,
                             "only rank 0 writes replicated tensors", "the checkpoint is damaged"));
-      Tensor t = reader.read_tensor(info, key);
+      // Parts of other ranks are checked through a small reused buffer: reading them
+      // whole would cost this rank world_size times the memory (and fresh pages) it keeps.
+      Tensor t;
+      if (needed(info, rank, world_size)) {
+        t = reader.read_tensor(info, key);
+      } else {
+        reader.check_stored(info);
+        t = checked_only(info);
+      }
       if (info.placement == Placement::replicated) {
         st.tensors.push_back(std::move(t));
       } else {
@@ -101,11 +139,12 @@ LoadReport load_checkpoint(const fs::path& file, std::uint32_t rank, std::uint32
         parts[info.name].push_back(std::move(t));
       }
     }
-    auto rng = reader.read_blob(s, "rng_state");
-    auto cursor = reader.read_blob(s, "data_cursor");
     if (s == own_shard) {
-      st.rng_state = std::move(rng);
-      st.data_cursor = std::move(cursor);
+      st.rng_state = reader.read_blob(s, "rng_state");
+      st.data_cursor = reader.read_blob(s, "data_cursor");
+    } else {
+      reader.check_blob(s, "rng_state");
+      reader.check_blob(s, "data_cursor");
     }
   }
   for (auto& [name, list] : parts) {

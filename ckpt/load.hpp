@@ -17,7 +17,10 @@ class KeyError : public Error {
   using Error::Error;
 };
 
+// Resolves ReadCache::automatic for a load by `world_size` ranks (reads LOCAL_WORLD_SIZE).
+bool drop_read_cache(ReadCache mode, std::uint32_t world_size);
+
 LoadReport load_checkpoint(const std::filesystem::path& file, std::uint32_t rank, std::uint32_t world_size,
-                           const crypto::Key* key);
+                           const crypto::Key* key, bool drop_behind = false);
 
 }  // namespace saker::ckpt

@@ -147,6 +147,19 @@ void check_destination(const DestinationGuard& guard, const std::filesystem::pat
 // to appear in the directory (Options::shard_timeout, naming the missing ranks).
 using ShardBarrier = std::function<bool(bool my_shard_ok)>;
 
+// What loading does with the page cache. A checkpoint is read once, so by default its
+// pages are dropped as soon as each piece is read and checked: the job's own data stays
+// cached, and each piece reuses the pages the previous one freed (on VMs that report free
+// memory to the hypervisor, fresh page-cache pages cost 3x the read itself). But when
+// several processes on one node read the same files (every rank reads every shard to
+// verify it), dropping would make each of them read the files from disk again.
+enum class ReadCache : std::uint8_t {
+  automatic,  // drop when this process is its job's only rank on this node (world size 1,
+              // or LOCAL_WORLD_SIZE=1 as set by saker-run and torchrun), keep otherwise
+  keep,
+  drop,
+};
+
 struct Options {
   std::uint32_t keep_last = 3;   // keep the newest K checkpoints (0: keep all)
   std::uint64_t keep_every = 0;  // also keep every checkpoint whose step % M == 0 (0: none)
@@ -157,6 +170,7 @@ struct Options {
   // Temporary files left by dead writers on this host are removed at once; those from
   // other hosts (shared filesystems) once older than this.
   std::chrono::seconds stale_temp_age{3600};
+  ReadCache read_cache = ReadCache::automatic;
 };
 
 // ---------------------------------------------------------------- saving and loading

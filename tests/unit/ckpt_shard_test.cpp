@@ -2,6 +2,7 @@
 
 #include <barrier>
 #include <cstring>
+#include <fstream>
 #include <thread>
 
 #include "ckpt_test_util.hpp"
@@ -154,4 +155,31 @@ TEST_CASE("without a barrier, rank 0 times out naming the missing rank", "[ckpt]
   Checkpointer ck(dir.path(), o);
   CHECK_THROWS_WITH(ck.save(rank_state(4, 0, 3, 9)), Catch::Contains("rank(s) 1,2"));
   CHECK(list_checkpoints(dir.path()).empty());
+}
+
+TEST_CASE("a damaged part that a rank only checks (another rank's slice) still rejects the checkpoint",
+          "[ckpt][shard]") {
+  TempDir dir;
+  save_sharded(dir.path(), 30, 2, 22, true);
+  const std::filesystem::path shard1 = dir / "ckpt-000000000030.shard-00001.h5";
+  std::string whole;
+  {
+    std::ifstream in(shard1, std::ios::binary);
+    whole.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const Tensor part = rows_slice(1, 2, 22);
+  const std::size_t at = whole.find(std::string(reinterpret_cast<const char*>(part.bytes.data()), part.bytes.size()));
+  REQUIRE(at != std::string::npos);
+  {
+    std::fstream io(shard1, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekp(static_cast<std::streamoff>(at + 5));
+    io.put(static_cast<char>(whole[at + 5] ^ 0x01));
+  }
+  Checkpointer ck(dir.path());
+  // Rank 0 of 2 and rank 0 of 4 (resharded) need none of shard 1's rows of "emb".
+  for (const std::uint32_t world : {2u, 4u}) {
+    INFO("world size " << world);
+    CHECK_FALSE(ck.load_latest(0, world));
+  }
+  CHECK_FALSE(ck.load_latest(1, 2));
 }
