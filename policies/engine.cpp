@@ -331,18 +331,45 @@ Decision Policy::evaluate(const JobRequest& q) const {
   return out;
 }
 
+namespace {
+
+// Builds a Verdict: the first enforced refusal decides and is the message; audit-mode
+// refusals become "would deny" notes in the message of an allowed verdict.
+class VerdictBuilder {
+ public:
+  void refuse(bool enforce, const std::string& text) {
+    if (!enforce) {
+      audit_.push_back("would deny: " + text);
+      return;
+    }
+    if (verdict_.allowed) {
+      verdict_.allowed = false;
+      verdict_.message = text;
+    }
+  }
+  // The unknown-datasets rule, as resolve() reports it.
+  std::function<void(UnknownDatasets, const std::string&)> unknown() {
+    return [this](UnknownDatasets rule, const std::string& text) {
+      if (rule != UnknownDatasets::allow) refuse(rule == UnknownDatasets::deny, text);
+    };
+  }
+  Verdict finish() {
+    if (verdict_.allowed && !audit_.empty()) verdict_.message = join(audit_, "; ");
+    return verdict_;
+  }
+
+ private:
+  Verdict verdict_;
+  std::vector<std::string> audit_;
+};
+
+}  // namespace
+
 Verdict Policy::check_launch(std::string_view node_name, const std::vector<DatasetRef>& datasets) const {
   const Impl& p = *impl_;
-  Verdict v;
-  std::vector<std::string> audit;
-  const auto refuse = [&](bool enforce, const std::string& text) {
-    if (!enforce) { audit.push_back("would deny: " + text); return; }
-    if (v.allowed) { v.allowed = false; v.message = text; }
-  };
-  const auto unknown = [&](UnknownDatasets rule, const std::string& text) {
-    if (rule != UnknownDatasets::allow) refuse(rule == UnknownDatasets::deny, text);
-  };
-  const std::vector<Known> known = resolve(p, datasets, unknown);
+  VerdictBuilder v;
+  const auto refuse = [&](bool enforce, const std::string& text) { v.refuse(enforce, text); };
+  const std::vector<Known> known = resolve(p, datasets, v.unknown());
   const auto it = p.node_zone.find(std::string(node_name));
   for (const auto& k : known) {
     if (!k.dataset->restricted_zones) continue;
@@ -354,8 +381,7 @@ Verdict Policy::check_launch(std::string_view node_name, const std::vector<Datas
       refuse(enforce, "node " + std::string(node_name) + " is in zone " + zone_label(p, it->second) + "; dataset " +
                           k.label + " may only be processed in " + allowed_zones(p, *k.dataset));
   }
-  if (v.allowed && !audit.empty()) v.message = join(audit, "; ");
-  return v;
+  return v.finish();
 }
 
 namespace {
@@ -389,16 +415,9 @@ std::string resolve_path(const std::string& path) {
 
 Verdict Policy::check_checkpoint_destination(const std::string& path, const std::vector<DatasetRef>& lineage) const {
   const Impl& p = *impl_;
-  Verdict v;
-  std::vector<std::string> audit;
-  const auto refuse = [&](bool enforce, const std::string& text) {
-    if (!enforce) { audit.push_back("would deny: " + text); return; }
-    if (v.allowed) { v.allowed = false; v.message = text; }
-  };
-  const auto unknown = [&](UnknownDatasets rule, const std::string& text) {
-    if (rule != UnknownDatasets::allow) refuse(rule == UnknownDatasets::deny, text);
-  };
-  const std::vector<Known> known = resolve(p, lineage, unknown);
+  VerdictBuilder v;
+  const auto refuse = [&](bool enforce, const std::string& text) { v.refuse(enforce, text); };
+  const std::vector<Known> known = resolve(p, lineage, v.unknown());
   const std::string real = resolve_path(path);
   const int s = storage_of(p, real);
   const bool enforce = p.residency == Mode::enforce;
@@ -420,8 +439,7 @@ Verdict Policy::check_checkpoint_destination(const std::string& path, const std:
                           k.label + (d.restricted_zones ? ", which may only be kept in " + allowed_zones(p, d) : std::string()) + fix);
     }
   }
-  if (v.allowed && !audit.empty()) v.message = join(audit, "; ");
-  return v;
+  return v.finish();
 }
 
 bool Policy::encryption_required(const std::vector<DatasetRef>& lineage) const {

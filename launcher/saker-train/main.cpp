@@ -39,6 +39,18 @@ const char* kExitCodes =
     "75 stopped by SIGTERM/SIGUSR1 after an emergency checkpoint (requeue to resume),\n"
     "78 a checkpoint refused by the site policy (--policy): wrong zone or no key; retrying will not help.\n";
 
+// Parses args against d; prints the help (with the exit codes) and returns false on --help.
+bool parse_options(const std::vector<std::string>& args, const po::options_description& d) {
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(d).run(), vm);
+  if (vm.count("help")) {
+    std::cout << d << "\n" << kExitCodes;
+    return false;
+  }
+  po::notify(vm);
+  return true;
+}
+
 int make_data(const std::vector<std::string>& args) {
   SyntheticSpec spec;
   std::string out;
@@ -52,13 +64,7 @@ int make_data(const std::vector<std::string>& args) {
       ("classes", po::value<int>(&spec.classes)->default_value(4), "number of classes")
       ("spread", po::value<double>(&spec.spread)->default_value(3.0), "blob standard deviation (higher: harder)")
       ("seed", po::value<std::uint64_t>(&spec.seed)->default_value(1), "random seed");
-  po::variables_map vm;
-  po::store(po::command_line_parser(args).options(d).run(), vm);
-  if (vm.count("help")) {
-    std::cout << d << "\n" << kExitCodes;
-    return kExitOk;
-  }
-  po::notify(vm);
+  if (!parse_options(args, d)) return kExitOk;
   write_dataset(make_synthetic(spec), out);
   std::printf("saker-train: wrote %d x %d samples, %d classes to %s\n", spec.rows, spec.features, spec.classes, out.c_str());
   return kExitOk;
@@ -96,13 +102,7 @@ int run_training(const std::vector<std::string>& args) {
       ("step-sleep-ms", po::value<int>(&cfg.step_sleep_ms)->default_value(0), "sleep after each step (demos, fault tests)")
       ("lineage", po::value<std::string>(&lineage), "datasets trained on, name@version,... "
                                                     "(default: the job's --dataset, $SLURM_SPANK_SAKER_DATASETS)");
-  po::variables_map vm;
-  po::store(po::command_line_parser(args).options(d).run(), vm);
-  if (vm.count("help")) {
-    std::cout << d << "\n" << kExitCodes;
-    return kExitOk;
-  }
-  po::notify(vm);
+  if (!parse_options(args, d)) return kExitOk;
   if (cfg.log_every == 0) cfg.log_every = 1;
   cfg.hidden = MlpShape::parse_hidden(layers);
   cfg.preempt_marker = env_or("SAKER_PREEMPT_MARKER", "");

@@ -7,12 +7,7 @@
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/train_lib.sh"
 it_require_root
-it_cluster_up --nodes 3 --gpus-per-node 0 --cpus-per-node 4 --no-job-submit
-train_setup
-h=$(local_hash 2)
-
-job=$(submit_template train-preemptible "$IT_PREFIX/ckpt" -p all)
-out="$IT_PREFIX/train-preemptible-$job.out"
+train_fault_start
 wait_for_line 60 "$out" "step 50/200"
 t_fail=$(now)
 assert_rc 0 "USR1 to the batch shell" -- scancel --signal=USR1 -b "$job"

@@ -20,6 +20,17 @@ train_setup() {
   "$SAKER_TRAIN_BIN" make-data --out "$TRAIN_DATA" --samples 4096 --features 16 --classes 4 --seed 3 >/dev/null
 }
 
+# train_fault_start [SBATCH ARGS...]: what every fault test starts from: a 3-node CPU
+# cluster, the dataset, h (the uninterrupted 2-rank hash) and the preemptible template
+# submitted across the nodes: job (its id) and out (its output file).
+train_fault_start() {
+  it_cluster_up --nodes 3 --gpus-per-node 0 --cpus-per-node 4 --no-job-submit
+  train_setup
+  h=$(local_hash 2)
+  job=$(submit_template train-preemptible "$IT_PREFIX/ckpt" -p all "$@")
+  out="$IT_PREFIX/train-preemptible-$job.out"
+}
+
 # hash_of FILE: the final weight hash saker-train printed (empty if none).
 hash_of() { sed -n 's/^saker-train: weights xxh3_128 \([0-9a-f]*\)$/\1/p' "$1" | tail -n 1; }
 
