@@ -1,5 +1,6 @@
 #include "launcher/comm/fusion.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <set>
 #include <sstream>
@@ -21,15 +22,17 @@ struct RankList {
   bool stop = false;
   std::vector<std::pair<std::string, Spec>> items;  // submission order
   std::map<std::string, Spec> by_name;
+  std::set<std::string> expired;  // stalled past stall_abort on this rank
 };
 
-// One line per pending tensor: name \x1f count \x1f type \x1f op. The first line is
-// the stop flag. Names may hold anything but newlines and \x1f (checked at enqueue).
-std::string encode(bool stop, const std::vector<std::pair<std::string, Spec>>& items) {
+// One line per pending tensor: name \x1f count \x1f type \x1f op \x1f expired. The first
+// line is the stop flag. Names may hold anything but newlines and \x1f (checked at enqueue).
+std::string encode(bool stop, const std::vector<std::pair<std::string, Spec>>& items,
+                   const std::set<std::string>& expired) {
   std::string s = stop ? "S1\n" : "S0\n";
   for (const auto& [name, spec] : items)
     s += name + '\x1f' + std::to_string(spec.count) + '\x1f' + std::to_string(spec.type) + '\x1f' +
-         std::to_string(spec.op) + '\n';
+         std::to_string(spec.op) + '\x1f' + (expired.count(name) ? '1' : '0') + '\n';
   return s;
 }
 
@@ -41,10 +44,14 @@ RankList decode(std::string_view text) {
   out.stop = line == "S1";
   while (std::getline(in, line)) {
     auto a = line.find('\x1f'), b = line.find('\x1f', a + 1), c = line.find('\x1f', b + 1);
-    if (c == std::string::npos) continue;
-    Spec s{std::stoull(line.substr(a + 1, b - a - 1)), std::stoi(line.substr(b + 1, c - b - 1)), std::stoi(line.substr(c + 1))};
-    out.items.emplace_back(line.substr(0, a), s);
-    out.by_name[line.substr(0, a)] = s;
+    auto e = line.find('\x1f', c + 1);
+    if (e == std::string::npos) continue;
+    Spec s{std::stoull(line.substr(a + 1, b - a - 1)), std::stoi(line.substr(b + 1, c - b - 1)),
+           std::stoi(line.substr(c + 1, e - c - 1))};
+    const std::string name = line.substr(0, a);
+    out.items.emplace_back(name, s);
+    out.by_name[name] = s;
+    if (line.compare(e + 1, std::string::npos, "1") == 0) out.expired.insert(name);
   }
   return out;
 }
@@ -133,7 +140,16 @@ bool FusionEngine::cycle() {
   Core& core = *comm_.fusion;
   int n = comm_.where.size;
   auto t0 = Timeline::Clock::now();
-  std::string text = encode(stop, mine);
+  // A stall abort must fail the same tensors on every rank in the same cycle, but each
+  // rank's stall clock starts when it first sees the gap: so a rank only flags names
+  // whose stall has lasted stall_abort here, and every rank aborts what any rank flags.
+  std::set<std::string> expired;
+  if (comm_.options.stall_abort.count() > 0) {
+    const auto now = std::chrono::steady_clock::now();
+    for (const auto& [name, since] : partial_since_)
+      if (now - since >= comm_.options.stall_abort) expired.insert(name);
+  }
+  std::string text = encode(stop, mine, expired);
   std::uint64_t len = text.size();
   std::vector<std::uint64_t> lens(static_cast<std::size_t>(n));
   core.allgather(&len, lens.data(), sizeof len);
@@ -222,7 +238,8 @@ bool FusionEngine::cycle() {
       warned_[name] = true;
       if (comm_.where.rank == ranks.front()) log::warn("comm: " + report);
     }
-    if (comm_.options.stall_abort.count() > 0 && waited >= comm_.options.stall_abort) {
+    const bool flagged = std::any_of(lists.begin(), lists.end(), [&](const RankList& l) { return l.expired.count(name) > 0; });
+    if (flagged) {
       std::lock_guard lock(mu_);
       if (auto it = pending_.find(name); it != pending_.end()) {
         it->second.state->finish(std::make_exception_ptr(Error("saker: " + report)));

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "common/error.hpp"
@@ -15,7 +16,7 @@ namespace saker::comm {
 namespace {
 
 constexpr std::uint32_t kMagic = 0x53414b52;  // "SAKR"
-enum : std::uint32_t { kLink = 1, kAbort = 2 };
+enum : std::uint32_t { kLink = 1, kAbort = 2, kPing = 3 };
 
 struct Hello {
   std::uint32_t magic, kind;
@@ -62,6 +63,11 @@ void Mesh::listen_loop() {
       net::recv_all(fd.get(), text.data(), text.size(), d, "a connecting peer");
     } catch (const Error&) {
       continue;  // a half-open probe; the real peer will retry or time out
+    }
+    if (h.kind == kPing) {  // liveness probe from a rank deciding whom to blame
+      const char pong = 1;
+      if (::send(fd.get(), &pong, 1, MSG_NOSIGNAL) < 0) {}
+      continue;
     }
     std::lock_guard lock(mu_);
     if (h.kind == kLink) {
@@ -126,11 +132,36 @@ void Mesh::notify_all(const std::string& reason) {
   }
 }
 
-void Mesh::fail(const std::string& during, const std::string& local_reason) {
+bool Mesh::answers_ping(int peer, std::chrono::milliseconds within) const {
+  try {
+    const PeerInfo& p = peers_[static_cast<std::size_t>(peer)];
+    auto d = net::deadline_in(within);
+    net::Fd fd = net::connect_to(p.address, p.port, d, who(peer));
+    Hello h{kMagic, kPing, rank_, 0, 0};
+    net::send_all(fd.get(), &h, sizeof h, d, who(peer));
+    char pong = 0;
+    net::recv_all(fd.get(), &pong, 1, d, who(peer));
+    return pong == 1;
+  } catch (const Error&) {
+    return false;  // refused (exited), or no answer in time (stopped, hung host)
+  }
+}
+
+void Mesh::fail(const std::string& during, int suspect, const std::string& local_reason) {
   std::unique_lock lock(mu_);
   // A neighbour of the real culprit may be reporting it right now: give its notice a
   // moment to arrive so that we name the dead rank, not the messenger.
   cv_.wait_for(lock, std::chrono::milliseconds(300), [&] { return aborted_.load(); });
+  if (!aborted_ && !notified_) {
+    lock.unlock();
+    const auto probe = std::clamp(timeout_ / 2, std::chrono::milliseconds(200), std::chrono::milliseconds(1000));
+    const bool alive = answers_ping(suspect, probe);
+    lock.lock();
+    // An alive suspect waits for someone else; the rank that waits for the real culprit
+    // will find it unresponsive and tell everyone. Bounded: after one more timeout we
+    // report our own view.
+    if (alive) cv_.wait_for(lock, timeout_, [&] { return aborted_.load(); });
+  }
   if (aborted_) throw Error("saker: " + during + " aborted: " + abort_reason_);
   std::string reason = local_reason + " (seen by " + who(rank_) + ")";
   bool first = !notified_;

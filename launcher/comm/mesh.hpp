@@ -46,15 +46,20 @@ class Mesh {
   int abort_fd() const { return abort_event_; }
   bool aborted() const { return aborted_.load(std::memory_order_acquire); }
   std::string abort_reason() const;
-  // A local failure while talking to peer: prefer a notice that names the real
-  // culprit (waiting briefly for one), otherwise tell everyone ours. Always throws.
-  [[noreturn]] void fail(const std::string& during, const std::string& local_reason);
+  // A local failure while talking to `suspect`: prefer a notice that names the real
+  // culprit, otherwise tell everyone ours. A suspect whose process still answers a ping
+  // is alive and blocked behind someone else (a hung rank's neighbours all time out at
+  // once), so then we wait for the notice of the rank that really saw the failure.
+  // Always throws.
+  [[noreturn]] void fail(const std::string& during, int suspect, const std::string& local_reason);
   // Throws the abort reason if one arrived.
   void check_abort(const std::string& during) const;
 
  private:
   void listen_loop();
   void notify_all(const std::string& reason);
+  // Whether peer's listener answers within the deadline (its process runs).
+  bool answers_ping(int peer, std::chrono::milliseconds within) const;
 
   int rank_;
   std::vector<PeerInfo> peers_;

@@ -114,9 +114,9 @@ void Ring::exchange(const void* sbuf, std::size_t slen, void* rbuf, std::size_t 
     std::string why = sender->join();
     if (mesh_.aborted()) mesh_.check_abort(during);
     if (why == "timeout")
-      mesh_.fail(during, mesh_.who(next) + " did not answer within " + std::to_string(mesh_.timeout().count()) +
+      mesh_.fail(during, next, mesh_.who(next) + " did not answer within " + std::to_string(mesh_.timeout().count()) +
                              " ms (hung, stopped or unreachable; raise SAKER_COMM_TIMEOUT if it is only slow)");
-    mesh_.fail(during, mesh_.who(next) + " failed while we were sending: " + why + " (it exited or was killed)");
+    mesh_.fail(during, next, mesh_.who(next) + " failed while we were sending: " + why + " (it exited or was killed)");
   };
   std::size_t sender_seen = 0;
   auto deadline = net::deadline_in(mesh_.timeout());
@@ -127,16 +127,16 @@ void Ring::exchange(const void* sbuf, std::size_t slen, void* rbuf, std::size_t 
       ssize_t k = ::send(sfd, sp + sent, std::min(send_limit - sent, chunk), MSG_NOSIGNAL | MSG_DONTWAIT);
       if (k > 0) { sent += static_cast<std::size_t>(k); progress = true; }
       else if (k < 0 && errno != EAGAIN && errno != EINTR)
-        mesh_.fail(during, mesh_.who(next) + " failed while we were sending: " + std::strerror(errno) +
+        mesh_.fail(during, next, mesh_.who(next) + " failed while we were sending: " + std::strerror(errno) +
                                " (it exited or was killed)");
     }
     if (got < rlen) {
       ssize_t k = ::recv(rfd, rp + got, std::min(rlen - got, chunk), MSG_DONTWAIT);
       if (k > 0) { got += static_cast<std::size_t>(k); progress = true; }
       else if (k == 0)
-        mesh_.fail(during, mesh_.who(prev) + " closed the connection while we were receiving (it exited or was killed)");
+        mesh_.fail(during, prev, mesh_.who(prev) + " closed the connection while we were receiving (it exited or was killed)");
       else if (errno != EAGAIN && errno != EINTR)
-        mesh_.fail(during, mesh_.who(prev) + " failed while we were receiving: " + std::strerror(errno));
+        mesh_.fail(during, prev, mesh_.who(prev) + " failed while we were receiving: " + std::strerror(errno));
       // Reduce every whole chunk that has arrived while later ones are in flight.
       std::size_t ready = got == rlen ? got : got / chunk * chunk;
       if (on_chunk && ready > reduced) {
@@ -159,7 +159,7 @@ void Ring::exchange(const void* sbuf, std::size_t slen, void* rbuf, std::size_t 
     mesh_.check_abort(during);
     if (net::Clock::now() >= deadline) {
       int culprit = got < rlen ? prev : next;
-      mesh_.fail(during, mesh_.who(culprit) + " did not answer within " + std::to_string(mesh_.timeout().count()) +
+      mesh_.fail(during, culprit, mesh_.who(culprit) + " did not answer within " + std::to_string(mesh_.timeout().count()) +
                              " ms (hung, stopped or unreachable; raise SAKER_COMM_TIMEOUT if it is only slow)");
     }
   }

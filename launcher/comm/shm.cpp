@@ -90,9 +90,9 @@ void ShmGroup::barrier(const char* during) {
       int peer = members_[static_cast<std::size_t>(j)];
       int pid = mesh_.peer(peer).pid;
       if (pid > 0 && pid != getpid() && kill(pid, 0) != 0 && errno == ESRCH)
-        mesh_.fail(during, mesh_.who(peer) + " exited (process " + std::to_string(pid) + " is gone)");
+        mesh_.fail(during, peer, mesh_.who(peer) + " exited (process " + std::to_string(pid) + " is gone)");
       if (net::Clock::now() >= deadline)
-        mesh_.fail(during, mesh_.who(peer) + " did not answer within " + std::to_string(mesh_.timeout().count()) +
+        mesh_.fail(during, peer, mesh_.who(peer) + " did not answer within " + std::to_string(mesh_.timeout().count()) +
                                " ms (hung or stopped; raise SAKER_COMM_TIMEOUT if it is only slow)");
     }
   }
