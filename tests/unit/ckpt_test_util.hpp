@@ -61,7 +61,9 @@ inline State make_state(std::uint64_t step, std::size_t floats = 1024) {
 }
 
 inline bool same_bytes(const Tensor& a, const Tensor& b) {
-  return a.bytes.size() == b.bytes.size() && std::memcmp(a.bytes.data(), b.bytes.data(), a.bytes.size()) == 0;
+  // memcmp on an empty tensor's null data pointer is undefined, even with size 0.
+  return a.bytes.size() == b.bytes.size() &&
+         (a.bytes.empty() || std::memcmp(a.bytes.data(), b.bytes.data(), a.bytes.size()) == 0);
 }
 
 inline void write_file(const std::filesystem::path& p, const std::string& bytes, mode_t mode) {
