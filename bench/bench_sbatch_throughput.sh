@@ -34,8 +34,12 @@ run_side() {  # run_side with|without -> seconds for N submissions
   rm -rf "$prefix"
   echo "$end - $start" | bc -l
 }
+ROUNDS=${SAKER_BENCH_ROUNDS:-$ROUNDS}
 for ((r = 1; r <= ROUNDS; r++)); do
-  for side in without with; do
+  # Alternate who goes first, so that drift in the machine's load hits both sides alike.
+  order=(without with)
+  ((r % 2 == 0)) && order=(with without)
+  for side in "${order[@]}"; do
     s=$(run_side $side) || exit 1
     total[$side]=$(echo "${total[$side]} + $s" | bc -l)
     printf 'round %d %-8s %4d jobs in %6.2f s = %7.1f jobs/s\n' "$r" "$side" "$N" "$s" "$(echo "$N / $s" | bc -l)"
