@@ -8,11 +8,11 @@ source "$(dirname "$0")/lib.sh"
 it_require_root
 
 src_policy="$SAKER_SRCDIR/tests/data/policy/two_zones.yaml"
-policy=$(mktemp /tmp/saker-policy-XXXXXX.yaml)
+it_tmpdir  # removed at exit with everything else of this test
+policy="$IT_TMP/policy.yaml"
 cp "$src_policy" "$policy"
 it_cluster_up --nodes 3 --gpus-per-node 4 --policy "$policy" \
   --partitions "gpu-ae=saker[1-2];cpu-ae=saker[1-2];gpu-eu=saker3"
-trap 'rm -f "$policy"' RETURN
 ctld_log="$IT_PREFIX/log/slurmctld.log"
 audit_log="$IT_PREFIX/etc/saker-audit.log"
 saker_policy="$SAKER_BUILDDIR/policies/saker-policy/saker-policy"
