@@ -186,6 +186,13 @@ class Communicator {
   static bool nccl_available();
   void allreduce_device(void* device_data, std::size_t count, DataType type, ReduceOp op,
                         void* cuda_stream);
+  // Sets NCCL up now (collective; allreduce_device does it on first use otherwise) and
+  // returns the CUDA device this rank drives, made current on the calling thread: device
+  // 0 when the ranks of its node each see a different device first in
+  // CUDA_VISIBLE_DEVICES (Saker's SPANK plugin lists a rank's own GPU first,
+  // --gpus-per-task shows only its own), else device local_rank(). Throws, naming the
+  // rank and host, when some rank sees no device or ranks would share one.
+  int nccl_device();
 
   struct Impl;
 

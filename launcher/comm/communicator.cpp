@@ -250,9 +250,20 @@ bool Communicator::nccl_available() { return NcclBackend::available(); }
 void Communicator::allreduce_device(void* device_data, std::size_t count, DataType type, ReduceOp op, void* stream) {
   Impl* i = impl_.get();
   i->run_sync([&] {
-    if (!i->nccl) i->nccl = std::make_unique<NcclBackend>(*i->user, rank(), size(), local_rank());
+    if (!i->nccl) i->nccl = std::make_unique<NcclBackend>(*i);
     i->nccl->allreduce(device_data, count, type, op, stream);
   });
+}
+
+int Communicator::nccl_device() {
+  Impl* i = impl_.get();
+  int device = -1;
+  i->run_sync([&] {
+    if (!i->nccl) i->nccl = std::make_unique<NcclBackend>(*i);
+    i->nccl->make_current();  // run_sync runs on the calling thread
+    device = i->nccl->device();
+  });
+  return device;
 }
 
 }  // namespace saker::comm

@@ -1,8 +1,15 @@
 #include "launcher/comm/nccl.hpp"
 
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+
 #include "config.h"
 #include "common/error.hpp"
 #include "launcher/comm/core.hpp"
+#include "launcher/comm/impl.hpp"
 
 #ifdef SAKER_HAVE_NCCL
 #include <cuda_runtime_api.h>
@@ -10,6 +17,33 @@
 #endif
 
 namespace saker::comm {
+
+std::string first_visible_device(const char* cuda_visible_devices) {
+  if (cuda_visible_devices == nullptr) return "";
+  const std::string all(cuda_visible_devices);
+  return all.substr(0, all.find(','));
+}
+
+bool own_gpu_first(const std::vector<std::string>& firsts) {
+  std::set<std::string> seen;
+  for (const std::string& f : firsts)
+    if (f.empty() || !seen.insert(f).second) return false;
+  return !firsts.empty();
+}
+
+int choose_cuda_device(int visible, int local_rank, int local_size, bool own_first, const std::string& host) {
+  if (visible <= 0)
+    throw Error(explain("NCCL needs a CUDA device on " + host, "none is visible to this process",
+                        "request GPUs (--gres=gpu:N or --gpus-per-task=1) or use allreduce() on host memory"));
+  if (own_first) return 0;
+  if (local_size > visible)
+    throw Error(explain(std::to_string(local_size) + " ranks on " + host + " share " + std::to_string(visible) +
+                            " visible CUDA device(s)",
+                        "NCCL needs a GPU of its own for every rank",
+                        "start at most " + std::to_string(visible) + " rank(s) per node, or give each rank its own GPU "
+                        "(--gpus-per-task=1, or Saker's SPANK plugin)"));
+  return local_rank;
+}
 
 #ifdef SAKER_HAVE_NCCL
 
@@ -50,24 +84,54 @@ bool NcclBackend::available() {
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
-NcclBackend::NcclBackend(Core& core, int rank, int size, int local_rank) : size_(size) {
+NcclBackend::NcclBackend(Communicator::Impl& c) {
+  const int rank = c.where.rank, size = c.where.size;
+  // What every rank sees travels first, so that all ranks fail alike (naming the rank
+  // without a GPU) rather than some waiting in ncclCommInitRank for a peer that gave up.
+  struct Seen {
+    std::int32_t devices;
+    char first[60];  // first entry of CUDA_VISIBLE_DEVICES (ids, UUIDs or MIG names fit)
+  };
+  Seen mine{};
   int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
-    throw Error(explain("allreduce_device needs a CUDA device", "none is visible to this process",
-                        "request GPUs (--gres=gpu:N) or use allreduce() on host memory"));
-  if (cudaSetDevice(local_rank % devices) != cudaSuccess)
-    throw Error("saker: cudaSetDevice(" + std::to_string(local_rank % devices) + ") failed");
+  if (cudaGetDeviceCount(&devices) != cudaSuccess) devices = 0;
+  mine.devices = devices;
+  std::snprintf(mine.first, sizeof mine.first, "%s", first_visible_device(std::getenv("CUDA_VISIBLE_DEVICES")).c_str());
+  std::vector<Seen> all(static_cast<std::size_t>(size));
+  c.user->allgather(&mine, all.data(), sizeof(Seen));
+  for (int r = 0; r < size; ++r) {
+    if (all[static_cast<std::size_t>(r)].devices <= 0)
+      throw Error(explain("NCCL needs a CUDA device on every rank",
+                          "rank " + std::to_string(r) + " on " + c.mesh->peer(r).host + " sees none",
+                          "request GPUs for every rank (--gres=gpu:N or --gpus-per-task=1), or use allreduce() on "
+                          "host memory"));
+  }
+  std::vector<std::string> node_firsts;
+  const auto& node = c.topo.members[static_cast<std::size_t>(c.topo.node_of[static_cast<std::size_t>(rank)])];
+  for (int r : node) {
+    const Seen& s = all[static_cast<std::size_t>(r)];
+    node_firsts.emplace_back(s.first, strnlen(s.first, sizeof s.first));
+  }
+  device_ = choose_cuda_device(devices, c.local_rank, static_cast<int>(node.size()), own_gpu_first(node_firsts),
+                               c.where.host);
+  make_current();
   // The unique id travels over our own ring: no second rendezvous.
   ncclUniqueId id{};
   if (rank == 0) check(ncclGetUniqueId(&id), "ncclGetUniqueId");
-  core.broadcast(&id, sizeof id, 0);
-  ncclComm_t c = nullptr;
-  check(ncclCommInitRank(&c, size, id, rank), "ncclCommInitRank");
-  comm_ = c;
+  c.user->broadcast(&id, sizeof id, 0);
+  ncclComm_t nc = nullptr;
+  check(ncclCommInitRank(&nc, size, id, rank), "ncclCommInitRank");
+  comm_ = nc;
 }
 
 NcclBackend::~NcclBackend() {
   if (comm_) ncclCommDestroy(static_cast<ncclComm_t>(comm_));
+}
+
+void NcclBackend::make_current() const {
+  if (const cudaError_t e = cudaSetDevice(device_); e != cudaSuccess)
+    throw Error(explain("cudaSetDevice(" + std::to_string(device_) + ") failed", cudaGetErrorString(e),
+                        "check the GPU with nvidia-smi"));
 }
 
 void NcclBackend::allreduce(void* device_data, std::size_t count, DataType type, ReduceOp op, void* stream) {
@@ -79,13 +143,14 @@ void NcclBackend::allreduce(void* device_data, std::size_t count, DataType type,
 #else
 
 static Error no_nccl() {
-  return Error(explain("allreduce_device is not available", "libsaker_comm was built without NCCL",
+  return Error(explain("NCCL (allreduce_device, nccl_device) is not available", "libsaker_comm was built without NCCL",
                        "rebuild with CUDA and NCCL installed (configure --with-nccl)"));
 }
 
 bool NcclBackend::available() { return false; }
-NcclBackend::NcclBackend(Core&, int, int size, int) : size_(size) { throw no_nccl(); }
+NcclBackend::NcclBackend(Communicator::Impl&) { throw no_nccl(); }
 NcclBackend::~NcclBackend() = default;
+void NcclBackend::make_current() const { throw no_nccl(); }
 void NcclBackend::allreduce(void*, std::size_t, DataType, ReduceOp, void*) { throw no_nccl(); }
 
 #endif

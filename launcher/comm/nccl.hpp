@@ -1,25 +1,43 @@
 // NCCL for device buffers; the ncclUniqueId travels over the communicator's own ring.
 // Built only with NCCL (SAKER_HAVE_NCCL); otherwise every entry point explains why not.
+// The device rule below is plain C++ in every build, so it is tested without a GPU.
 #pragma once
 
 #include <cstddef>
+#include <string>
+#include <vector>
 
 #include "saker/comm.hpp"
 
 namespace saker::comm {
 
-class Core;
+// The first entry of a CUDA_VISIBLE_DEVICES value ("3,0,1,2" -> "3"); "" when unset.
+std::string first_visible_device(const char* cuda_visible_devices);
+
+// True when the ranks of one node (their first visible devices, in local-rank order)
+// each see a different device first: Saker's SPANK plugin lists a rank's own GPU first
+// and --gpus-per-task shows each rank only its own, so device 0 is that rank's GPU.
+bool own_gpu_first(const std::vector<std::string>& first_visible_of_node);
+
+// The CUDA device local rank `local_rank` of `local_size` drives: 0 under own_first,
+// else the node's ranks share one list and rank r takes device r. Throws saker::Error
+// (naming the host) when no device is visible or two ranks would share one, which
+// NCCL refuses.
+int choose_cuda_device(int visible_devices, int local_rank, int local_size, bool own_first, const std::string& host);
 
 class NcclBackend {
  public:
-  NcclBackend(Core& core, int rank, int size, int local_rank);
+  // Collective: agrees on every rank's device over the host ring, then ncclCommInitRank.
+  explicit NcclBackend(Communicator::Impl& comm);
   ~NcclBackend();
   void allreduce(void* device_data, std::size_t count, DataType type, ReduceOp op, void* stream);
+  int device() const { return device_; }
+  void make_current() const;  // cudaSetDevice(device()) on the calling thread
   static bool available();  // built with NCCL and a CUDA device is visible
 
  private:
   void* comm_ = nullptr;  // ncclComm_t
-  int size_;
+  int device_ = -1;
 };
 
 }  // namespace saker::comm
