@@ -14,9 +14,10 @@
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "launcher/train/ckpt_store.hpp"
-#include "launcher/train/comm_reducer.hpp"
 #include "launcher/train/dataset.hpp"
+#include "launcher/train/device.hpp"
 #include "launcher/train/mlp.hpp"
+#include "launcher/train/reducer_choice.hpp"
 #include "launcher/train/trainer.hpp"
 
 namespace po = boost::program_options;
@@ -37,7 +38,8 @@ std::string env_or(const char* name, const std::string& fallback) {
 const char* kExitCodes =
     "Exit codes: 0 done, 1 error (message on stderr), 2 usage error,\n"
     "75 stopped by SIGTERM/SIGUSR1 after an emergency checkpoint (requeue to resume),\n"
-    "78 a checkpoint refused by the site policy (--policy): wrong zone or no key; retrying will not help.\n";
+    "78 refused, and retrying will not help: a checkpoint refused by the site policy (--policy: wrong\n"
+    "zone or no key), or --device gpu where a rank cannot allreduce with NCCL on a GPU.\n";
 
 // Parses args against d; prints the help (with the exit codes) and returns false on --help.
 bool parse_options(const std::vector<std::string>& args, const po::options_description& d) {
@@ -75,6 +77,7 @@ int run_training(const std::vector<std::string>& args) {
   std::string data_path, layers = "64,64", ckpt_dir = env_or("SAKER_CKPT_DIR", "");
   std::string policy_file = env_or("SAKER_POLICY", ""), key_file = env_or("SAKER_CKPT_KEY", "");
   std::string lineage = env_or("SLURM_SPANK_SAKER_DATASETS", env_or("SAKER_DATASETS", ""));
+  std::string device = env_or("SAKER_TRAIN_DEVICE", "auto");
   unsigned keep = 3;
   po::options_description d("Usage: saker-train [train] --data FILE [OPTIONS]\n\n"
                             "Trains an MLP classifier on X/y from an HDF5 file, data-parallel over the ranks\n"
@@ -98,6 +101,10 @@ int run_training(const std::vector<std::string>& args) {
       ("policy", po::value<std::string>(&policy_file), "site policy (saker-policy.yaml(5)) every checkpoint save "
                                                        "must pass: residency of the lineage, encryption "
                                                        "(default: $SAKER_POLICY; none: no rule)")
+      ("device", po::value<std::string>(&device)->default_value(device),
+       "where gradients are summed: auto (NCCL on the GPU when built with NCCL and every rank "
+       "sees a CUDA device, else saker's host ring), gpu (NCCL or fail), cpu (host ring) "
+       "(default: $SAKER_TRAIN_DEVICE, else auto)")
       ("log-every", po::value<std::uint64_t>(&cfg.log_every)->default_value(25), "progress line every N steps")
       ("step-sleep-ms", po::value<int>(&cfg.step_sleep_ms)->default_value(0), "sleep after each step (demos, fault tests)")
       ("lineage", po::value<std::string>(&lineage), "datasets trained on, name@version,... "
@@ -109,13 +116,20 @@ int run_training(const std::vector<std::string>& args) {
 
   std::signal(SIGTERM, on_preempt);
   std::signal(SIGUSR1, on_preempt);
-  const Dataset data = read_dataset(data_path);
-  std::unique_ptr<Reducer> reducer;
-  if (launcher_world_size() > 1) {
-    reducer = std::make_unique<CommReducer>();
-  } else {
-    reducer = std::make_unique<SoloReducer>();
+  Device wanted;
+  try {
+    wanted = parse_device(device);
+  } catch (const saker::Error& e) {
+    throw po::error(e.what());  // a usage error: exit 2
   }
+  const Dataset data = read_dataset(data_path);
+  ReducerChoice choice = make_reducer(wanted);
+  std::unique_ptr<Reducer> reducer = std::move(choice.reducer);
+  if (reducer->rank() == 0) {
+    std::printf("%s\n", choice.line.c_str());
+    std::fflush(stdout);
+  }
+  if (choice.decision.gpu) cfg.reduction = "nccl";
   std::unique_ptr<SnapshotStore> store;
   if (!ckpt_dir.empty()) {
     CkptStoreOptions so;
@@ -148,6 +162,9 @@ int main(int argc, char** argv) {
     saker::log::error(std::string("saker-train: bad command line: ") + e.what() + "; run saker-train --help");
     return kExitUsage;
   } catch (const saker::ckpt::DestinationRefused& e) {
+    saker::log::error(std::string("saker-train: ") + e.what());
+    return kExitRefused;
+  } catch (const DeviceRefused& e) {
     saker::log::error(std::string("saker-train: ") + e.what());
     return kExitRefused;
   } catch (const saker::Error& e) {

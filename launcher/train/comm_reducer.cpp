@@ -7,11 +7,7 @@
 
 namespace saker::train {
 
-CommReducer::CommReducer() {
-  comm::Options options;
-  options.fusion = false;  // one synchronous allreduce per step; no background negotiation
-  comm_ = comm::Communicator::from_environment(options);
-}
+CommReducer::CommReducer(std::unique_ptr<comm::Communicator> comm) : comm_(std::move(comm)) {}
 
 CommReducer::~CommReducer() = default;
 int CommReducer::rank() const { return comm_->rank(); }

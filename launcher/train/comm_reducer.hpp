@@ -1,6 +1,7 @@
-// The trainer's Reducer over libsaker_comm: one f32 sum-allreduce per step through
-// the communicator that saker-run's environment bootstraps (PMI2 under srun, the
-// MASTER_ADDR/MASTER_PORT store under saker-run --local).
+// The trainer's Reducer over saker's host ring: one f32 sum-allreduce per step through
+// a libsaker_comm communicator (reducer_choice.hpp bootstraps it from saker-run's
+// environment: PMI2 under srun, the MASTER_ADDR/MASTER_PORT store under
+// saker-run --local).
 #pragma once
 
 #include <memory>
@@ -13,7 +14,7 @@ namespace saker::train {
 
 class CommReducer final : public Reducer {
  public:
-  CommReducer();  // Communicator::from_environment(); throws saker::Error
+  explicit CommReducer(std::unique_ptr<comm::Communicator> comm);
   ~CommReducer() override;
   int rank() const override;
   int size() const override;

@@ -23,7 +23,8 @@ std::string TrainConfig::record(const Dataset& data, int world) const {
   return "{\"model\":\"mlp\",\"shape\":\"" + MlpShape{data.features, hidden, data.classes}.str() +
          "\",\"optimizer\":\"" + optimizer.kind + "\",\"lr\":" + lr + ",\"batch\":" + std::to_string(batch) +
          ",\"seed\":" + std::to_string(seed) + ",\"rows\":" + std::to_string(data.rows) +
-         ",\"world_size\":" + std::to_string(world) + "}";
+         ",\"world_size\":" + std::to_string(world) +
+         (reduction.empty() ? std::string() : ",\"allreduce\":\"" + reduction + "\"") + "}";
 }
 
 namespace {

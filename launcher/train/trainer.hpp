@@ -67,6 +67,10 @@ struct TrainConfig {
   std::uint64_t log_every = 25;
   int step_sleep_ms = 0;          // slows steps down (demos and fault-injection tests)
   std::string preempt_marker;     // touched by rank 0 after an emergency checkpoint
+  // Who sums the gradients when that changes the summation order: "" for saker's host
+  // ring, "nccl" for NCCL on the GPU. Part of the record, so a GPU run's checkpoint is
+  // not resumed on the host ring (or back) as if it were the same run.
+  std::string reduction;
   // The configuration record stored in checkpoints; resuming with a different
   // record is refused (it would not be the same run).
   std::string record(const Dataset& data, int world) const;

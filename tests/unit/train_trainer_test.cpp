@@ -6,39 +6,13 @@
 
 #include "common/error.hpp"
 #include "launcher/train/trainer.hpp"
+#include "tests/unit/train_test_support.hpp"
 
 using namespace saker::train;
+using saker::train::test::MemoryStore;
+using saker::train::test::StopAfter;
 
 namespace {
-
-// Keeps snapshots in memory, standing in for the checkpoint directory.
-class MemoryStore final : public SnapshotStore {
- public:
-  void save(const Snapshot& s, bool emergency) override {
-    latest = s;
-    ++saves;
-    emergencies += emergency ? 1 : 0;
-  }
-  std::optional<Snapshot> load_latest() override { return latest; }
-  std::string describe() const override { return "memory"; }
-  std::optional<Snapshot> latest;
-  int saves = 0, emergencies = 0;
-};
-
-// Raises the stop flag once the reducer has seen `at` steps (as a signal would).
-class StopAfter final : public Reducer {
- public:
-  StopAfter(std::atomic<int>* flag, int at) : flag_(flag), at_(at) {}
-  int rank() const override { return 0; }
-  int size() const override { return 1; }
-  void allreduce_sum(std::span<float>) override {
-    if (++calls_ == at_) flag_->store(1);  // lands in the NEXT step's buffer
-  }
-
- private:
-  std::atomic<int>* flag_;
-  int at_, calls_ = 0;
-};
 
 TrainConfig small_config() {
   TrainConfig c;
@@ -97,7 +71,7 @@ TEST_CASE("a stop signal takes an emergency checkpoint and the resumed run ends 
   const TrainResult straight = train(small_config(), data(), solo, nullptr, nullptr);
   MemoryStore store;
   std::atomic<int> stop{0};
-  StopAfter stopper(&stop, 57);
+  StopAfter stopper(solo, &stop, 57);
   const TrainResult stopped = train(small_config(), data(), stopper, &store, &stop);
   CHECK(stopped.preempted);
   CHECK(stopped.step == 58);
