@@ -106,14 +106,22 @@ NcclBackend::NcclBackend(Communicator::Impl& c) {
                           "request GPUs for every rank (--gres=gpu:N or --gpus-per-task=1), or use allreduce() on "
                           "host memory"));
   }
-  std::vector<std::string> node_firsts;
-  const auto& node = c.topo.members[static_cast<std::size_t>(c.topo.node_of[static_cast<std::size_t>(rank)])];
-  for (int r : node) {
-    const Seen& s = all[static_cast<std::size_t>(r)];
-    node_firsts.emplace_back(s.first, strnlen(s.first, sizeof s.first));
+  // Every rank works out every rank's device, so a node with too few GPUs fails all
+  // ranks alike, not only its own.
+  for (const std::vector<int>& node : c.topo.members) {
+    std::vector<std::string> firsts;
+    for (int r : node) {
+      const Seen& s = all[static_cast<std::size_t>(r)];
+      firsts.emplace_back(s.first, strnlen(s.first, sizeof s.first));
+    }
+    const bool own_first = own_gpu_first(firsts);
+    for (std::size_t i = 0; i < node.size(); ++i) {
+      const int r = node[i];
+      const int d = choose_cuda_device(all[static_cast<std::size_t>(r)].devices, static_cast<int>(i),
+                                       static_cast<int>(node.size()), own_first, c.mesh->peer(r).host);
+      if (r == rank) device_ = d;
+    }
   }
-  device_ = choose_cuda_device(devices, c.local_rank, static_cast<int>(node.size()), own_gpu_first(node_firsts),
-                               c.where.host);
   make_current();
   // The unique id travels over our own ring: no second rendezvous.
   ncclUniqueId id{};

@@ -47,9 +47,10 @@ class StopAfter final : public Reducer {
 };
 
 // Runs f(rank, communicator) for ranks 0..n-1 as threads; rank r's node is "node<r>"
-// and its host "host-node<r>". Returns each rank's error text ("" when it returned).
+// (with one_node: "node0", so local ranks count 0..n-1 as for GPUs of one machine) and
+// its host "host-" + node. Returns each rank's error text ("" when it returned).
 template <class F>
-std::vector<std::string> run_ranks(int n, F f) {
+std::vector<std::string> run_ranks(int n, F f, bool one_node = false) {
   comm::Options o;
   o.timeout = std::chrono::seconds(20);
   o.fusion = false;
@@ -60,7 +61,7 @@ std::vector<std::string> run_ranks(int n, F f) {
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
       try {
-        const std::string node = "node" + std::to_string(r);
+        const std::string node = "node" + std::to_string(one_node ? 0 : r);
         f(r, comm::Communicator::create(store, comm::Placement{r, n, node, "host-" + node, -1}, o));
       } catch (const std::exception& e) {
         errors[static_cast<std::size_t>(r)] = e.what();
