@@ -26,6 +26,18 @@ assert_eq COMPLETED "$(it_job_wait "$job" 90)" "GPU template completes"
 out="$IT_PREFIX/train-gpu-$job.out"
 assert_contains "$(cat "$out")" "GPUs per node: 1" "the GPU template asked Slurm for GPUs"
 assert_eq "$h2" "$(hash_of "$out")" "GPU template (2 nodes x 1 rank) ends with the --local hash"
+# --device auto: the fake GPUs are no CUDA devices, so every rank takes the host ring and
+# says why (built without NCCL, or the CUDA runtime's reason).
+assert_contains "$(cat "$out")" "saker-train: gradients allreduced over saker's host ring (rank 0 on " \
+  "the GPU template falls back to the host ring where no CUDA device is visible, and says why"
+# --device gpu (SAKER_TRAIN_DEVICE=gpu) refuses on every rank: exit 78, not restarted.
+job=$(SAKER_TRAIN_DEVICE=gpu submit_template train-gpu "$IT_PREFIX/ckpt-gpu-refused" -p all -N2 \
+  --ntasks-per-node=1 --gpus-per-node=1)
+assert_eq FAILED "$(it_job_wait "$job" 90)" "SAKER_TRAIN_DEVICE=gpu without a CUDA device fails the job"
+out="$IT_PREFIX/train-gpu-$job.out"
+assert_contains "$(cat "$out")" "--device gpu: rank 0 on " "the refusal names the rank and its host"
+assert_contains "$(cat "$out")" "not restarting" "saker-run does not restart a refused step (exit 78)"
+assert_not_contains "$(cat "$out")" "weights xxh3_128" "no training ran"
 
 # Preemptible template, not interrupted: same hash again, and its flags are in the job.
 job=$(submit_template train-preemptible "$IT_PREFIX/ckpt-pre" -p all)
