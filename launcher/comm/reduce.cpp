@@ -67,24 +67,56 @@ void narrow_f16c(unsigned short* out, const float* in, std::size_t n);
 
 namespace {
 
-// Native types: the compiler vectorises these loops; target_clones adds an AVX2 copy.
+// One pass over memory for native types: each vector of the result is folded from the
+// inputs left to right (the same order as accumulate()), then stored to out (and also).
+// Vector extensions rather than a plain loop: out may alias ins[0], and a loop with
+// possible aliasing is left scalar by the vectoriser.
 template <class T, ReduceOp Op>
-__attribute__((target_clones("avx2", "default"))) void acc_native(T* __restrict a, const T* __restrict b,
-                                                                   std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) {
-    if constexpr (Op == ReduceOp::min) a[i] = b[i] < a[i] ? b[i] : a[i];
-    else if constexpr (Op == ReduceOp::max) a[i] = a[i] < b[i] ? b[i] : a[i];
-    else a[i] = a[i] + b[i];
+__attribute__((target_clones("avx2", "default"))) void combine_native(T* out, T* also, const T* const* ins, int n,
+                                                                      std::size_t count) {
+  typedef T V __attribute__((vector_size(32)));
+  constexpr std::size_t kLanes = sizeof(V) / sizeof(T);
+  std::size_t i = 0;
+  for (; i + kLanes <= count; i += kLanes) {
+    V v;
+    std::memcpy(&v, ins[0] + i, sizeof v);
+    for (int k = 1; k < n; ++k) {
+      V w;
+      std::memcpy(&w, ins[k] + i, sizeof w);
+      if constexpr (Op == ReduceOp::min) v = w < v ? w : v;
+      else if constexpr (Op == ReduceOp::max) v = v < w ? w : v;
+      else v = v + w;
+    }
+    std::memcpy(out + i, &v, sizeof v);
+    if (also) std::memcpy(also + i, &v, sizeof v);
+  }
+  for (; i < count; ++i) {
+    T v = ins[0][i];
+    for (int k = 1; k < n; ++k) {
+      T w = ins[k][i];
+      if constexpr (Op == ReduceOp::min) v = w < v ? w : v;
+      else if constexpr (Op == ReduceOp::max) v = v < w ? w : v;
+      else v = v + w;
+    }
+    out[i] = v;
+    if (also) also[i] = v;
   }
 }
 
 template <class T>
+void combine_typed(void* out, void* also, const void* const* ins, int n, std::size_t count, ReduceOp op) {
+  auto* o = static_cast<T*>(out);
+  auto* a = static_cast<T*>(also);
+  auto* in = reinterpret_cast<const T* const*>(ins);
+  if (op == ReduceOp::min) combine_native<T, ReduceOp::min>(o, a, in, n, count);
+  else if (op == ReduceOp::max) combine_native<T, ReduceOp::max>(o, a, in, n, count);
+  else combine_native<T, ReduceOp::sum>(o, a, in, n, count);
+}
+
+template <class T>
 void acc_typed(void* a, const void* b, std::size_t n, ReduceOp op) {
-  auto* pa = static_cast<T*>(a);
-  auto* pb = static_cast<const T*>(b);
-  if (op == ReduceOp::min) acc_native<T, ReduceOp::min>(pa, pb, n);
-  else if (op == ReduceOp::max) acc_native<T, ReduceOp::max>(pa, pb, n);
-  else acc_native<T, ReduceOp::sum>(pa, pb, n);
+  const void* ins[2] = {a, b};
+  combine_typed<T>(a, nullptr, ins, 2, n, op);
 }
 
 constexpr std::size_t kBlock = 1024;  // fp32 scratch for 16-bit types, stays in L1
@@ -113,7 +145,7 @@ void narrow(unsigned short* out, const float* in, std::size_t n) {
 }
 
 template <bool Half>
-void combine16(void* out, const void* const* ins, int n, std::size_t count, ReduceOp op) {
+void combine16(void* out, void* also, const void* const* ins, int n, std::size_t count, ReduceOp op) {
   alignas(64) float acc[kBlock];
   alignas(64) float tmp[kBlock];
   for (std::size_t base = 0; base < count; base += kBlock) {
@@ -124,6 +156,7 @@ void combine16(void* out, const void* const* ins, int n, std::size_t count, Redu
       acc_typed<float>(acc, tmp, m, op);
     }
     narrow<Half>(static_cast<unsigned short*>(out) + base, acc, m);
+    if (also) std::memcpy(static_cast<unsigned short*>(also) + base, static_cast<unsigned short*>(out) + base, m * 2);
   }
 }
 
@@ -152,28 +185,24 @@ void accumulate(void* acc, const void* in, std::size_t count, DataType type, Red
     case DataType::i64: return acc_typed<std::int64_t>(acc, in, count, op);
     case DataType::f16: {
       const void* ins[2] = {acc, in};
-      return combine16<true>(acc, ins, 2, count, op);
+      return combine16<true>(acc, nullptr, ins, 2, count, op);
     }
     case DataType::bf16: {
       const void* ins[2] = {acc, in};
-      return combine16<false>(acc, ins, 2, count, op);
+      return combine16<false>(acc, nullptr, ins, 2, count, op);
     }
   }
 }
 
-void combine(void* out, const void* const* ins, int n, std::size_t count, DataType type, ReduceOp op) {
-  if (type == DataType::f16) return combine16<true>(out, ins, n, count, op);
-  if (type == DataType::bf16) return combine16<false>(out, ins, n, count, op);
+void combine(void* out, const void* const* ins, int n, std::size_t count, DataType type, ReduceOp op, void* also) {
   if (n <= 0) return;
-  // Block-wise through an L1-sized scratch, so that out may alias any input.
-  std::size_t es = size_of(type);
-  alignas(64) char scratch[16384];
-  std::size_t block = sizeof scratch / es;
-  for (std::size_t base = 0; base < count; base += block) {
-    std::size_t m = std::min(block, count - base);
-    std::memcpy(scratch, static_cast<const char*>(ins[0]) + base * es, m * es);
-    for (int k = 1; k < n; ++k) accumulate(scratch, static_cast<const char*>(ins[k]) + base * es, m, type, op);
-    std::memcpy(static_cast<char*>(out) + base * es, scratch, m * es);
+  switch (type) {
+    case DataType::f16: return combine16<true>(out, also, ins, n, count, op);
+    case DataType::bf16: return combine16<false>(out, also, ins, n, count, op);
+    case DataType::f32: return combine_typed<float>(out, also, ins, n, count, op);
+    case DataType::f64: return combine_typed<double>(out, also, ins, n, count, op);
+    case DataType::i32: return combine_typed<std::int32_t>(out, also, ins, n, count, op);
+    case DataType::i64: return combine_typed<std::int64_t>(out, also, ins, n, count, op);
   }
 }
 

@@ -94,7 +94,7 @@ constexpr std::size_t kThreadedSendBytes = 1u << 20;
 
 void Ring::exchange(const void* sbuf, std::size_t slen, void* rbuf, std::size_t rlen, std::size_t elem,
                     const std::function<void(std::size_t, std::size_t)>& on_chunk, bool forward,
-                    const char* during) {
+                    const char* during, bool staged) {
   int n = size();
   int next = members_[static_cast<std::size_t>((index_ + 1) % n)];
   int prev = members_[static_cast<std::size_t>((index_ + n - 1) % n)];
@@ -131,7 +131,9 @@ void Ring::exchange(const void* sbuf, std::size_t slen, void* rbuf, std::size_t 
                                " (it exited or was killed)");
     }
     if (got < rlen) {
-      ssize_t k = ::recv(rfd, rp + got, std::min(rlen - got, chunk), MSG_DONTWAIT);
+      std::size_t in_chunk = got % chunk;
+      ssize_t k = staged ? ::recv(rfd, rp + in_chunk, std::min(rlen - got, chunk - in_chunk), MSG_DONTWAIT)
+                         : ::recv(rfd, rp + got, std::min(rlen - got, chunk), MSG_DONTWAIT);
       if (k > 0) { got += static_cast<std::size_t>(k); progress = true; }
       else if (k == 0)
         mesh_.fail(during, prev, mesh_.who(prev) + " closed the connection while we were receiving (it exited or was killed)");
@@ -175,9 +177,8 @@ void Ring::allreduce(void* data, std::size_t count, DataType type, ReduceOp op, 
   if (seg.empty()) seg = even_split(count, n);
   SAKER_ASSERT(seg.size() == static_cast<std::size_t>(n) + 1 && seg.back() == count, "bad ring segments");
   std::size_t es = size_of(type);
-  std::size_t max_seg = 0;
-  for (int i = 0; i < n; ++i) max_seg = std::max(max_seg, seg[static_cast<std::size_t>(i) + 1] - seg[static_cast<std::size_t>(i)]);
-  if (tmp_.size() < max_seg * es) tmp_.resize(max_seg * es);
+  std::size_t chunk = std::max(es, chunk_ / es * es);  // exchange()'s chunk: the staging size
+  if (tmp_.size() < chunk) tmp_.resize(chunk);
   char* base = static_cast<char*>(data);
   auto at = [&](int s) { return base + seg[static_cast<std::size_t>(s)] * es; };
   auto len = [&](int s) { return (seg[static_cast<std::size_t>(s) + 1] - seg[static_cast<std::size_t>(s)]) * es; };
@@ -187,8 +188,8 @@ void Ring::allreduce(void* data, std::size_t count, DataType type, ReduceOp op, 
     int send_seg = mod(index_ - s), recv_seg = mod(index_ - s - 1);
     char* dst = at(recv_seg);
     exchange(at(send_seg), len(send_seg), tmp_.data(), len(recv_seg), es,
-             [&](std::size_t off, std::size_t l) { reduce::accumulate(dst + off, tmp_.data() + off, l / es, type, op); },
-             false, "allreduce");
+             [&](std::size_t off, std::size_t l) { reduce::accumulate(dst + off, tmp_.data(), l / es, type, op); },
+             false, "allreduce", /*staged=*/true);
   }
   // Allgather: pass the finished segments around.
   for (int s = 0; s < n - 1; ++s) {

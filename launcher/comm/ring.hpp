@@ -36,9 +36,13 @@ class Ring {
   // Sends sbuf to the next rank while receiving rbuf from the previous one. With
   // forward, the send side may only send what has been received (broadcast relay).
   // on_chunk(offset, len) runs on every newly received whole chunk (and the tail).
+  // With staged, rbuf holds one chunk only and is reused: each chunk is consumed by
+  // on_chunk (it finds the bytes at rbuf) before the next one is received, so that
+  // received data is reduced while it is still in cache instead of making a round trip
+  // through memory.
   void exchange(const void* sbuf, std::size_t slen, void* rbuf, std::size_t rlen, std::size_t elem,
                 const std::function<void(std::size_t, std::size_t)>& on_chunk, bool forward,
-                const char* during);
+                const char* during, bool staged = false);
 
   Mesh& mesh_;
   std::vector<int> members_;

@@ -133,13 +133,12 @@ void ShmGroup::allreduce(void* data, std::size_t count, DataType type, ReduceOp 
     }
     barrier("allreduce");
     // 2. Reduce my part in rank order, my own term straight from my buffer, into my
-    //    buffer; then publish the result.
+    //    buffer and, in the same pass, into my slot for the others.
     auto [b, e] = part_range(index_);
     if (e > b) {
       for (int j = 0; j < n; ++j)
         ins[static_cast<std::size_t>(j)] = j == index_ ? piece + b * es : slot(set_, j) + b * es;
-      reduce::combine(piece + b * es, ins.data(), n, e - b, type, op);
-      std::memcpy(mine + b * es, piece + b * es, (e - b) * es);
+      reduce::combine(piece + b * es, ins.data(), n, e - b, type, op, mine + b * es);
     }
     barrier("allreduce");
     // 3. Everyone else's reduced parts.
