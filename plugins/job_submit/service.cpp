@@ -116,9 +116,11 @@ void Service::nudge() {
   cv_.notify_one();
 }
 
-void Service::flush_audit() {
+bool Service::flush_audit() {
   const std::string problem = audit_->flush();
-  if (!problem.empty()) saker::log::error("job_submit/saker: " + problem);
+  if (problem.empty()) return true;
+  saker::log::error("job_submit/saker: " + problem);
+  return false;
 }
 
 policy::PolicyPtr Service::policy(std::string& why) const {
@@ -199,8 +201,9 @@ void Service::run() {
     try {
       const auto now = Clock::now();
       if (now >= next_flush && audit_->queued() > 0) {
-        flush_audit();
-        next_flush = Clock::now() + kAuditWindow;
+        // A log that cannot be written keeps its records queued: retry, but not 20 times a
+        // second (each failure is logged).
+        next_flush = Clock::now() + (flush_audit() ? kAuditWindow : kAuditRetry);
       }
       if (now >= next_stat) {
         poll_policy();

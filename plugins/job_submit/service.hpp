@@ -44,6 +44,7 @@ class Service {
   // At most this long between an audit record and its fdatasync while records keep
   // coming (group commit); a clean shutdown loses none (the destructor flushes).
   static constexpr std::chrono::milliseconds kAuditWindow{50};
+  static constexpr std::chrono::milliseconds kAuditRetry{1000};  // after a failed write
   // At most this long between index sweeps while submissions keep coming.
   static constexpr std::chrono::milliseconds kSweepWindow{500};
 
@@ -61,7 +62,7 @@ class Service {
   void run();
   void nudge();
   void poll_policy();
-  void flush_audit();
+  bool flush_audit();  // false (and logged) when the log could not be written
 
   Config config_;
   std::vector<std::string> config_errors_;
