@@ -3,9 +3,11 @@
 # same run (target: >= 0.95x). Two fresh 3-node clusters of the same shape run side by
 # side, one with the plugin and one without; both get the same held jobs that declare a
 # dataset (with the plugin, each one is evaluated, routed to gpu-ae + feature lustre-ae,
-# audited and indexed). The sides take turns in rounds of N jobs, who goes first
-# alternating, so that the machine's changing load (other users of its cores) hits both
-# alike; the cluster not being measured sits idle.
+# audited and indexed). The sides take turns of N jobs, strictly alternating (without,
+# with, without, ..., without), so that the machine's changing load (other users of its
+# cores) hits both alike and each turn follows one of the other side; the cluster not
+# being measured sits idle. Each round compares a turn with the plugin with the two turns
+# without it around it.
 #
 # After each side's turn the bench rests 1 s, untimed, so that the plugin's deferred work
 # (the audit log's last group commit, the last index sweep) is done before the other
@@ -15,8 +17,8 @@
 # turn's first sbatch to the end of its rest: it counts everything the plugin costs the
 # controller, and it is far less noisy than wall time on a shared machine.
 #
-# Env: SAKER_BENCH_JOBS (jobs per side and round, default 100), SAKER_BENCH_ROUNDS
-# (default 10).
+# Env: SAKER_BENCH_JOBS (jobs per turn, default 100), SAKER_BENCH_ROUNDS (turns with the
+# plugin, default 10; one more turn without it).
 set -euo pipefail
 SRC=${SAKER_SRCDIR:-%%SAKER_SRCDIR%%}
 BUILD=${SAKER_BUILDDIR:-%%SAKER_BUILDDIR%%}
@@ -82,51 +84,69 @@ check_side() {
 
 # run_turn with|without: N submissions; sets turn_wall (s) and turn_cpu (ticks).
 run_turn() {
-  local side=$1 ctld munged c0 m0 start end i
+  local side=$1 jobs=$2 ctld munged c0 m0 start end i
   export SLURM_CONF=${prefix[$side]}/etc/slurm.conf
   ctld=$(cat "${prefix[$side]}/run/slurmctld.pid")
   munged=$(cat "${prefix[$side]}/munge/munged.pid")
   c0=$(cpu_ticks "$ctld")
   m0=$(cpu_ticks "$munged")
   start=$EPOCHREALTIME
-  for ((i = 0; i < N; i++)); do
+  for ((i = 0; i < jobs; i++)); do
     sbatch --hold -A medical --dataset=patients@v3 -o /dev/null --wrap true >/dev/null 2>>"$scratch/$side.err"
   done
   end=$EPOCHREALTIME
   sleep 1
   turn_wall=$(echo "$end - $start" | bc -l)
   turn_cpu=$(($(cpu_ticks "$ctld") - c0 + $(cpu_ticks "$munged") - m0))
+  submitted[$side]=$((submitted[$side] + jobs))
 }
 
+# timed_turn SIDE: a turn of N jobs, added to the side's totals; sets this (s) and this_cpu (ms/job).
+timed_turn() {
+  run_turn "$1" "$N"
+  this=$turn_wall
+  this_cpu=$(echo "$turn_cpu * 1000 / $ticks / $N" | bc -l)
+  wall[$1]=$(echo "${wall[$1]} + $turn_wall" | bc -l)
+  cpu[$1]=$((cpu[$1] + turn_cpu))
+  turns[$1]=$((turns[$1] + 1))
+}
+
+declare -A wall=([with]=0 [without]=0) cpu=([with]=0 [without]=0) turns=([with]=0 [without]=0)
+declare -A submitted=([with]=0 [without]=0)
 cluster_up without
 cluster_up with
-sleep 1
-declare -A wall=([with]=0 [without]=0) cpu=([with]=0 [without]=0) this this_cpu
+# Warm-up, untimed: past each slurmctld's start (node registrations, first state saves).
+run_turn without 20
+run_turn with 20
+printf 'sbatch throughput: %d held jobs per turn, %d turns with job_submit/saker between %d without;\n' \
+  "$N" "$ROUNDS" $((ROUNDS + 1))
+printf 'CPU = slurmctld + munged per job, from a turn'"'"'s first sbatch to the end of its rest\n'
 ratios=()
-printf 'sbatch throughput: %d held jobs per side and round, %d rounds; CPU = slurmctld + munged per job\n' "$N" "$ROUNDS"
+timed_turn without
+before=$this before_cpu=$this_cpu
 for ((r = 1; r <= ROUNDS; r++)); do
-  order=(without with)
-  ((r % 2 == 0)) && order=(with without)
-  for side in "${order[@]}"; do
-    run_turn "$side"
-    this[$side]=$turn_wall
-    this_cpu[$side]=$(echo "$turn_cpu * 1000 / $ticks / $N" | bc -l)
-    wall[$side]=$(echo "${wall[$side]} + $turn_wall" | bc -l)
-    cpu[$side]=$((cpu[$side] + turn_cpu))
-  done
-  ratios+=("$(echo "${this[without]} / ${this[with]}" | bc -l)")
+  timed_turn with
+  with_s=$this with_cpu=$this_cpu
+  timed_turn without
+  # Each turn with the plugin is compared with the turns without it on both sides: the
+  # sides strictly alternate, so each follows the other's turn (a turn's leftovers, such
+  # as slurmctld saving its state, land on the other side alike), and a steady drift of
+  # the machine's load cancels out.
+  without_s=$(echo "($before + $this) / 2" | bc -l)
+  ratios+=("$(echo "$without_s / $with_s" | bc -l)")
   printf 'round %2d: without %6.1f jobs/s %5.2f ms CPU/job, with %6.1f jobs/s %5.2f ms CPU/job: ratio %.3f\n' "$r" \
-    "$(echo "$N / ${this[without]}" | bc -l)" "${this_cpu[without]}" \
-    "$(echo "$N / ${this[with]}" | bc -l)" "${this_cpu[with]}" "${ratios[-1]}"
+    "$(echo "$N / $without_s" | bc -l)" "$(echo "($before_cpu + $this_cpu) / 2" | bc -l)" \
+    "$(echo "$N / $with_s" | bc -l)" "$with_cpu" "${ratios[-1]}"
+  before=$this before_cpu=$this_cpu
 done
-check_side with $((N * ROUNDS))
-check_side without $((N * ROUNDS))
-with=$(echo "$N * $ROUNDS / ${wall[with]}" | bc -l)
-without=$(echo "$N * $ROUNDS / ${wall[without]}" | bc -l)
+check_side with "${submitted[with]}"
+check_side without "${submitted[without]}"
+with=$(echo "$N * ${turns[with]} / ${wall[with]}" | bc -l)
+without=$(echo "$N * ${turns[without]} / ${wall[without]}" | bc -l)
 ratio=$(echo "$with / $without" | bc -l)
 median=$(printf '%s\n' "${ratios[@]}" | sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }')
 printf 'CPU of slurmctld + munged: with %.2f ms/job, without %.2f ms/job\n' \
-  "$(echo "${cpu[with]} * 1000 / $ticks / ($N * $ROUNDS)" | bc -l)" \
-  "$(echo "${cpu[without]} * 1000 / $ticks / ($N * $ROUNDS)" | bc -l)"
+  "$(echo "${cpu[with]} * 1000 / $ticks / ($N * ${turns[with]})" | bc -l)" \
+  "$(echo "${cpu[without]} * 1000 / $ticks / ($N * ${turns[without]})" | bc -l)"
 printf 'sbatch throughput: with job_submit/saker %.1f jobs/s, without %.1f jobs/s, ratio %.3f (median of rounds %.3f) [target >= 0.95: %s]\n' \
   "$with" "$without" "$ratio" "$median" "$(echo "$ratio >= 0.95" | bc -l | sed 's/1/MET/;s/0/MISSED/')"
