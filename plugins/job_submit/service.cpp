@@ -1,11 +1,13 @@
 #include "plugins/job_submit/service.hpp"
 
+#include <pthread.h>
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "common/log.hpp"
@@ -27,6 +29,51 @@ bool file_id(const std::string& path, long long& mtime_ns, long long& size, long
   return true;
 }
 
+std::optional<std::vector<policy::DatasetRef>> marked_datasets(const slurm_job_info_t& job) {
+  if (job.comment == nullptr) return std::nullopt;
+  const char* at = std::strstr(job.comment, kCommentMarker);
+  if (at == nullptr) return std::nullopt;
+  std::string list = at + std::strlen(kCommentMarker);
+  list = list.substr(0, list.find(' '));
+  try {
+    return policy::parse_dataset_list(list);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+void collect(const job_info_msg_t& msg, std::vector<IndexedJob>& out) {
+  for (std::uint32_t i = 0; i < msg.record_count; ++i) {
+    const slurm_job_info_t& job = msg.job_array[i];
+    // A split-off array task has an id of its own; the array's record keeps array_job_id.
+    const bool array_task = job.array_job_id != 0 && job.array_job_id != job.job_id;
+    out.push_back({job.job_id, array_task, marked_datasets(job)});
+  }
+}
+
+// The index's view of slurmctld: RPCs from the service's thread, which holds none of
+// slurmctld's locks, so they are served like any client's. SHOW_LOCAL: without it
+// libslurm first asks slurmctld for the federation, one more RPC per load.
+class SlurmJobSource final : public JobSource {
+ public:
+  Found load_one(std::uint32_t id, std::vector<IndexedJob>& out) override {
+    job_info_msg_t* msg = nullptr;
+    if (slurm_load_job(&msg, id, SHOW_ALL | SHOW_LOCAL) != SLURM_SUCCESS || msg == nullptr)
+      return slurm_get_errno() == ESLURM_INVALID_JOB_ID ? Found::no : Found::error;
+    collect(*msg, out);
+    const bool any = msg->record_count > 0;
+    slurm_free_job_info_msg(msg);
+    return any ? Found::yes : Found::no;
+  }
+  bool load_all(std::vector<IndexedJob>& out) override {
+    job_info_msg_t* msg = nullptr;
+    if (slurm_load_jobs(0, &msg, SHOW_ALL | SHOW_LOCAL) != SLURM_SUCCESS || msg == nullptr) return false;
+    collect(*msg, out);
+    slurm_free_job_info_msg(msg);
+    return true;
+  }
+};
+
 }  // namespace
 
 Service::Service() {
@@ -47,6 +94,8 @@ Service::Service() {
     poll_policy();
   }
   audit_ = std::make_unique<policy::audit::Log>(config_.audit);
+  job_source_ = std::make_unique<SlurmJobSource>();
+  index_ = std::make_unique<JobIndex>(*job_source_);
   thread_ = std::thread([this] { run(); });
 }
 
@@ -57,11 +106,22 @@ Service::~Service() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
-  const std::string problem = audit_->flush();
-  if (!problem.empty()) saker::log::error("job_submit/saker: " + problem);
+  flush_audit();
 }
 
-void Service::wake() { cv_.notify_all(); }
+void Service::nudge() {
+  const std::lock_guard<std::mutex> lock(wake_mutex_);
+  if (!idle_) return;  // the thread is due to run anyway: no wake-up per callback in a burst
+  idle_ = false;
+  cv_.notify_one();
+}
+
+bool Service::flush_audit() {
+  const std::string problem = audit_->flush();
+  if (problem.empty()) return true;
+  saker::log::error("job_submit/saker: " + problem);
+  return false;
+}
 
 policy::PolicyPtr Service::policy(std::string& why) const {
   const std::lock_guard<std::mutex> lock(mutex_);
@@ -72,29 +132,16 @@ policy::PolicyPtr Service::policy(std::string& why) const {
 void Service::record(const policy::audit::Entry& entry) {
   if (!audit_->enqueue(policy::audit::fields_json(entry)))
     saker::log::error("job_submit/saker: audit queue full; a record was dropped (a gap record will say how many)");
-  wake();
+  nudge();
 }
 
 bool Service::datasets_of(std::uint32_t job_id, std::vector<policy::DatasetRef>& out) const {
-  {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    const auto it = job_datasets_.find(job_id);
-    if (it != job_datasets_.end()) {
-      out = it->second;
-      return true;
-    }
-  }
-  out.clear();
-  const std::lock_guard<std::mutex> lock(mutex_);
-  return indexed_once_.load() && unindexed_.empty();
+  return index_->lookup(job_id, out);
 }
 
 void Service::submitted_with_datasets() {
-  {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    unindexed_.push_back(std::chrono::steady_clock::now());
-  }
-  wake();
+  index_->expect_job();
+  nudge();
 }
 
 void Service::poll_policy() {
@@ -126,109 +173,46 @@ void Service::poll_policy() {
   }
 }
 
-// Learns the ids of jobs that declared datasets from slurmctld itself (this thread
-// holds none of slurmctld's locks, so the RPCs are served normally). Cheap in steady
-// state: job ids are handed out in sequence, so after one full load at start only the
-// new ids are asked for, one small RPC each; a full load is the fallback when an
-// expected job does not show up within 10 s (ids skipped, job refused after us).
-void Service::index_jobs() {
-  bool stale = false;
-  {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    if (indexed_once_.load() && unindexed_.empty()) return;
-    stale = !unindexed_.empty() && unindexed_.front() < std::chrono::steady_clock::now() - std::chrono::seconds(10);
-  }
-  if (!indexed_once_.load() || stale) {
-    if (index_all()) {
-      const std::lock_guard<std::mutex> lock(mutex_);
-      unindexed_.clear();
-      indexed_once_.store(true);
-    }
-    return;
-  }
-  for (int misses = 0; misses < 3;) {
-    bool exists = false;
-    if (!index_next(max_job_id_ + 1 + static_cast<std::uint32_t>(misses), exists)) return;
-    if (exists) {
-      max_job_id_ += 1 + static_cast<std::uint32_t>(misses);
-      misses = 0;
-      const std::lock_guard<std::mutex> lock(mutex_);
-      if (unindexed_.empty()) return;
-    } else {
-      ++misses;
-    }
-  }
-}
-
-namespace {
-
-bool marked_datasets(const slurm_job_info_t& job, std::vector<policy::DatasetRef>& out) {
-  if (job.comment == nullptr) return false;
-  const char* at = std::strstr(job.comment, kCommentMarker);
-  if (at == nullptr) return false;
-  std::string list = at + std::strlen(kCommentMarker);
-  list = list.substr(0, list.find(' '));
-  try {
-    out = policy::parse_dataset_list(list);
-    return true;
-  } catch (const std::exception&) {
-    return false;
-  }
-}
-
-}  // namespace
-
-bool Service::index_all() {
-  job_info_msg_t* msg = nullptr;
-  if (slurm_load_jobs(0, &msg, SHOW_ALL) != SLURM_SUCCESS || msg == nullptr) return false;
-  std::unordered_map<std::uint32_t, std::vector<policy::DatasetRef>> found;
-  for (std::uint32_t i = 0; i < msg->record_count; ++i) {
-    const slurm_job_info_t& job = msg->job_array[i];
-    max_job_id_ = std::max(max_job_id_, job.job_id);
-    std::vector<policy::DatasetRef> datasets;
-    if (marked_datasets(job, datasets)) found[job.job_id] = std::move(datasets);
-  }
-  slurm_free_job_info_msg(msg);
-  const std::lock_guard<std::mutex> lock(mutex_);
-  job_datasets_ = std::move(found);
-  return true;
-}
-
-// Asks for one job id. Returns false on a transport error (try again later); `exists`
-// tells whether the job is there.
-bool Service::index_next(std::uint32_t job_id, bool& exists) {
-  job_info_msg_t* msg = nullptr;
-  exists = false;
-  if (slurm_load_job(&msg, job_id, SHOW_ALL) != SLURM_SUCCESS || msg == nullptr)
-    return slurm_get_errno() == ESLURM_INVALID_JOB_ID;
-  std::vector<policy::DatasetRef> datasets;
-  const bool marked = msg->record_count > 0 && marked_datasets(msg->job_array[0], datasets);
-  exists = msg->record_count > 0;
-  slurm_free_job_info_msg(msg);
-  if (marked) {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    job_datasets_[job_id] = std::move(datasets);
-    if (!unindexed_.empty()) unindexed_.pop_front();
-  }
-  return true;
-}
-
 void Service::run() {
-  auto next_stat = std::chrono::steady_clock::now();
+  pthread_setname_np(pthread_self(), "saker-jobsubmit");  // in top -H, gdb
+  const auto reload_interval = std::chrono::milliseconds(config_.reload_interval_ms);
+  auto next_stat = Clock::now() + reload_interval;  // the constructor loaded the policy
+  auto next_flush = Clock::now();
+  auto next_sweep = Clock::now();
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(wake_mutex_);
-      cv_.wait_for(lock, std::chrono::milliseconds(200));
+      if (stop_) return;
+      // Decided under wake_mutex_: a callback that queues work after this check finds
+      // idle_ set and wakes the thread, so nothing waits for the next policy poll.
+      const bool audit_pending = audit_->queued() > 0;
+      const bool index_pending = index_->due();
+      auto until = next_stat;
+      if (audit_pending) until = std::min(until, next_flush);
+      if (index_pending) until = std::min(until, next_sweep);
+      idle_ = !audit_pending && !index_pending;
+      if (idle_)
+        cv_.wait_until(lock, until, [this] { return stop_ || !idle_; });
+      else
+        cv_.wait_until(lock, until, [this] { return stop_; });
+      idle_ = false;
       if (stop_) return;
     }
     try {
-      const std::string problem = audit_->flush();
-      if (!problem.empty()) saker::log::error("job_submit/saker: " + problem);
-      if (std::chrono::steady_clock::now() >= next_stat) {
-        poll_policy();
-        next_stat = std::chrono::steady_clock::now() + std::chrono::milliseconds(config_.reload_interval_ms);
+      const auto now = Clock::now();
+      if (now >= next_flush && audit_->queued() > 0) {
+        // A log that cannot be written keeps its records queued: retry, but not 20 times a
+        // second (each failure is logged).
+        next_flush = Clock::now() + (flush_audit() ? kAuditWindow : kAuditRetry);
       }
-      index_jobs();
+      if (now >= next_stat) {
+        poll_policy();
+        next_stat = Clock::now() + reload_interval;
+      }
+      if (now >= next_sweep && index_->due()) {
+        index_->sweep();
+        next_sweep = Clock::now() + kSweepWindow;
+      }
     } catch (const std::exception& e) {
       saker::log::error(std::string("job_submit/saker: background: ") + e.what());
     }

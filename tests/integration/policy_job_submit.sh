@@ -74,6 +74,24 @@ sleep 1.5
 assert_rc 1 "the escape is still refused after the comment change" -- scontrol update jobid="$held" partition=gpu-eu
 scancel "$held"
 
+# --- a burst of submissions: the plugin indexes and audits them in batches. An update of a
+# job it has not indexed yet is refused (fail closed), never let through.
+audited_before=$(wc -l <"$audit_log")
+burst=()
+for _ in $(seq 1 20); do
+  burst+=("$(sbatch --parsable --hold -A medical -p gpu-ae --dataset=patients@v3 -o /dev/null --wrap true 2>/dev/null)")
+done
+last=${burst[-1]}
+assert_rc 1 "an escape right after the burst is refused" -- scontrol update jobid="$last" partition=gpu-eu
+assert_eq gpu-ae "$(job_field "$last" Partition)" "the last job of the burst stayed in its zone"
+it_wait_for 10 "once indexed, a move of that job inside the zone is allowed" \
+  scontrol update jobid="$last" partition=cpu-ae
+assert_rc 1 "and its escape is refused by the policy" -- scontrol update jobid="$last" partition=gpu-eu
+assert_contains "$(cat "$ctld_log")" "update of job $last refused" "slurmctld.log names the refused update"
+it_wait_for 5 "the burst's decisions reach the audit log" \
+  bash -c "(( \$(wc -l <'$audit_log') >= $audited_before + 20 ))"
+scancel "${burst[@]}"
+
 # --- a broken policy keeps the last good one, and says where it is broken.
 broken=$(mktemp /tmp/saker-broken-XXXXXX.yaml)
 sed 's/^unknown_datasets: deny/unknown_datasets: deny\ncolour: blue/' "$src_policy" >"$broken"

@@ -1,0 +1,222 @@
+// job_submit_saker.so's index of jobs' datasets (job_index.hpp): fail-closed lookups,
+// expectations retired by count, and the choice between single and full loads.
+#include <catch2/catch.hpp>
+
+#include <map>
+
+#include "plugins/job_submit/job_index.hpp"
+
+using namespace saker::job_submit;
+using namespace std::chrono_literals;
+using saker::policy::DatasetRef;
+
+namespace {
+
+// slurmctld as the index sees it: created jobs, a clock that each load advances by what
+// that kind of load costs, and counters.
+struct FakeSlurm final : JobSource {
+  JobIndex::Clock::time_point now{};
+  std::chrono::microseconds single_cost{500}, full_cost{2000};
+  std::map<std::uint32_t, std::vector<IndexedJob>> jobs;
+  bool down = false;
+
+  Found load_one(std::uint32_t id, std::vector<IndexedJob>& out) override {
+    now += single_cost;
+    if (down) return Found::error;
+    const auto it = jobs.find(id);
+    if (it == jobs.end()) return Found::no;
+    out = it->second;
+    return Found::yes;
+  }
+  bool load_all(std::vector<IndexedJob>& out) override {
+    now += full_cost;
+    if (down) return false;
+    for (const auto& [id, records] : jobs) out.insert(out.end(), records.begin(), records.end());
+    return true;
+  }
+  void create(std::uint32_t id, bool with_datasets = true) {
+    IndexedJob j{id, false, std::nullopt};
+    if (with_datasets) j.datasets = std::vector<DatasetRef>{{"patients", "v3"}};
+    jobs[id] = {j};
+  }
+};
+
+struct Fixture {
+  FakeSlurm slurm;
+  JobIndex index{slurm, [this] { return slurm.now; }};
+  std::vector<DatasetRef> out;
+  bool known(std::uint32_t id) { return index.lookup(id, out); }
+};
+
+}  // namespace
+
+TEST_CASE("the index fails closed until its first load", "[job_submit][index]") {
+  Fixture f;
+  f.slurm.create(1);
+  CHECK_FALSE(f.known(1));
+  CHECK(f.index.due());
+  f.slurm.down = true;  // slurmctld is not listening yet
+  f.index.sweep();
+  CHECK_FALSE(f.known(1));
+  CHECK_FALSE(f.known(2));
+  f.slurm.down = false;
+  f.index.sweep();
+  REQUIRE(f.known(1));
+  CHECK(f.out == std::vector<DatasetRef>{{"patients", "v3"}});
+  CHECK(f.known(2));  // nothing expected: an id not indexed has no datasets
+  CHECK(f.out.empty());
+  CHECK_FALSE(f.index.due());
+}
+
+TEST_CASE("a submission is not known until its job is found", "[job_submit][index]") {
+  Fixture f;
+  f.slurm.create(1);
+  f.index.sweep();
+  f.index.expect_job();
+  CHECK_FALSE(f.known(2));  // its id is not known yet: job_modify must refuse
+  CHECK(f.known(1));        // jobs already indexed still answer
+  CHECK(f.index.due());
+  f.index.sweep();  // not created yet: three misses, nothing retired
+  CHECK(f.index.expected() == 1);
+  CHECK_FALSE(f.known(2));
+  f.slurm.create(2);
+  f.index.sweep();
+  CHECK(f.index.expected() == 0);
+  REQUIRE(f.known(2));
+  CHECK(f.out.size() == 1);
+  CHECK(f.known(3));
+}
+
+TEST_CASE("the first load retires no expectation", "[job_submit][index]") {
+  // Jobs from before a slurmctld restart are in the first load; a submission accepted
+  // meanwhile may not be created yet and must stay expected.
+  Fixture f;
+  f.slurm.create(1);
+  f.slurm.create(2);
+  f.index.expect_job();
+  f.index.sweep();
+  CHECK(f.index.expected() == 1);
+  CHECK_FALSE(f.known(3));
+  f.slurm.create(3);
+  f.index.sweep();
+  CHECK(f.index.expected() == 0);
+  CHECK(f.known(3));
+}
+
+TEST_CASE("a full load racing a submission retires only the jobs it found", "[job_submit][index]") {
+  Fixture f;
+  f.slurm.single_cost = 1000us;  // singles dearer than a full load: sweeps load everything
+  f.slurm.full_cost = 100us;
+  f.index.sweep();
+  for (int i = 0; i < 5; ++i) f.index.expect_job();
+  for (std::uint32_t id = 1; id <= 4; ++id) f.slurm.create(id);  // the fifth is still in flight
+  f.index.sweep();
+  CHECK(f.index.expected() == 1);
+  CHECK(f.known(4));
+  CHECK_FALSE(f.known(5));
+  f.slurm.create(5);
+  f.index.sweep();
+  CHECK(f.index.expected() == 0);
+  CHECK(f.known(5));
+}
+
+TEST_CASE("a sweep picks the cheaper kind of load", "[job_submit][index]") {
+  Fixture f;
+  std::uint32_t next = 1;
+  const auto submit = [&](int n, bool with_datasets = true) {
+    for (int i = 0; i < n; ++i) {
+      if (with_datasets) f.index.expect_job();
+      f.slurm.create(next++, with_datasets);
+    }
+  };
+  f.index.sweep();  // at slurmctld's start: not a cost sample
+  SECTION("full loads are cheap (few jobs): one per sweep") {
+    f.slurm.single_cost = 500us;
+    f.slurm.full_cost = 1000us;
+    submit(20);
+    f.index.sweep();  // no costs known: 20 single loads are guessed dearer
+    CHECK(f.index.single_loads() == 0);
+    CHECK(f.index.full_loads() == 2);
+    submit(20);
+    f.index.sweep();  // measures one single load, then sees 19 more would cost more
+    CHECK(f.index.single_loads() == 1);
+    CHECK(f.index.full_loads() == 3);
+    submit(20);
+    f.index.sweep();  // straight to a full load now
+    CHECK(f.index.single_loads() == 1);
+    CHECK(f.index.full_loads() == 4);
+    CHECK(f.index.expected() == 0);
+    CHECK(f.known(60));
+  }
+  SECTION("full loads are dear (many jobs): single loads of the new ids") {
+    f.slurm.single_cost = 500us;
+    f.slurm.full_cost = 100ms;
+    submit(20);
+    f.index.sweep();
+    CHECK(f.index.full_loads() == 2);
+    submit(20);
+    f.index.sweep();
+    CHECK(f.index.single_loads() == 20);
+    CHECK(f.index.full_loads() == 2);
+    CHECK(f.index.expected() == 0);
+    CHECK(f.known(40));
+  }
+  SECTION("many jobs without datasets between: the walk gives up for a full load") {
+    f.slurm.single_cost = 500us;
+    f.slurm.full_cost = 5ms;  // ten single loads
+    submit(5);
+    f.index.sweep();
+    CHECK(f.index.full_loads() == 2);
+    submit(30, false);
+    submit(1);
+    f.index.sweep();
+    CHECK(f.index.single_loads() < 12);
+    CHECK(f.index.full_loads() == 3);
+    CHECK(f.index.expected() == 0);
+    CHECK(f.known(36));
+    CHECK(f.out.size() == 1);
+  }
+}
+
+TEST_CASE("split array tasks retire no expectation", "[job_submit][index]") {
+  Fixture f;
+  f.slurm.single_cost = 1000us;
+  f.slurm.full_cost = 100us;
+  f.index.sweep();
+  f.index.expect_job();  // the array
+  f.index.expect_job();  // another submission, in flight
+  f.slurm.create(1);
+  const std::vector<DatasetRef> ds{{"patients", "v3"}};
+  f.slurm.jobs[2] = {IndexedJob{2, true, ds}, IndexedJob{3, true, ds}};  // tasks split off array 1
+  f.index.sweep();
+  CHECK(f.index.expected() == 1);
+  CHECK(f.known(3));  // a task's datasets are indexed
+  CHECK_FALSE(f.known(9));
+}
+
+TEST_CASE("a job refused by slurmctld after job_submit is forgotten after a while", "[job_submit][index]") {
+  Fixture f;
+  f.index.sweep();
+  f.index.expect_job();  // never created
+  f.index.sweep();
+  CHECK_FALSE(f.known(7));
+  f.slurm.now += JobIndex::kExpectTimeout + 1s;
+  const auto fulls = f.index.full_loads();
+  f.index.sweep();
+  CHECK(f.index.full_loads() == fulls + 1);  // forgotten only once a full load confirms it
+  CHECK(f.index.expected() == 0);
+  CHECK(f.known(7));
+}
+
+TEST_CASE("the index resyncs with a full load now and then", "[job_submit][index]") {
+  Fixture f;
+  f.slurm.create(1);
+  f.index.sweep();
+  CHECK_FALSE(f.index.due());
+  f.slurm.jobs.erase(1);  // purged by slurmctld
+  f.slurm.now += JobIndex::kResyncEvery;
+  CHECK(f.index.due());
+  f.index.sweep();
+  CHECK(f.known(1));
+  CHECK(f.out.empty());
+}
