@@ -1,6 +1,6 @@
 // Shared by the allreduce benchmark and its peer programs (OpenMPI, Gloo) so that all
 // three time exactly the same thing: in-place fp32 sum of the same sizes, the same
-// warm-up, the same number of timed blocks of the same number of calls, a barrier
+// warm-up (100 ms, then two calls per size), the same number of timed blocks of the same number of calls, a barrier
 // before each block; rank 0 prints "bytes median min max" (seconds per call over the
 // blocks) for each size, or "bytes wrong" when the first result is not np.
 #pragma once
@@ -41,6 +41,16 @@ inline int calls_per_block(std::size_t bytes) {
 // run(): one in-place allreduce of buf; barrier(): the peer's own barrier.
 template <class Run, class Barrier>
 void measure(int rank, int np, Run run, Barrier barrier) {
+  // Keep every rank busy for 100 ms before timing anything: the smallest size is
+  // otherwise timed within milliseconds of the processes' start, while the kernel may
+  // still have both ranks on one core (seen here: a whole 4 KiB run 3.5x slower).
+  // Rank 0 says when to stop through the allreduce itself, so all ranks agree.
+  std::vector<float> go(1);
+  auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+  do {
+    go[0] = rank == 0 && std::chrono::steady_clock::now() < until ? 1.0f : 0.0f;
+    run(go);
+  } while (go[0] > 0);
   for (std::size_t bytes : sizes()) {
     std::vector<float> buf(bytes / 4, 1.0f);
     run(buf);
