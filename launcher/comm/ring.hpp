@@ -33,6 +33,8 @@ class Ring {
   static std::vector<std::size_t> even_split(std::size_t count, int parts);
 
  private:
+  // With two ranks, data from index 1 to index 0 travels on channel + this.
+  static constexpr int kSecondDirection = 64;
   // Sends sbuf to the next rank while receiving rbuf from the previous one. With
   // forward, the send side may only send what has been received (broadcast relay).
   // on_chunk(offset, len) runs on every newly received whole chunk (and the tail).

@@ -1,0 +1,63 @@
+// StoreChoice: how the shared-memory path picks ordinary or streaming stores from the
+// timings of its own calls.
+#include <catch2/catch.hpp>
+
+#include "launcher/comm/shm.hpp"
+
+using saker::comm::StoreChoice;
+
+namespace {
+
+constexpr std::size_t kBytes = 64u << 20;
+
+// Runs `calls` calls, each timed by cost(streaming); returns how many used streaming.
+template <class Cost>
+int run(StoreChoice& c, int calls, Cost cost, std::size_t bytes = kBytes) {
+  int streamed = 0;
+  for (int i = 0; i < calls; ++i) {
+    bool s = c.streaming(bytes);
+    streamed += s ? 1 : 0;
+    c.record(bytes, s, cost(s));
+  }
+  return streamed;
+}
+
+}  // namespace
+
+TEST_CASE("stores: a cold first call, then each kind four times in turn") {
+  StoreChoice c;
+  std::vector<bool> seen;
+  for (int i = 0; i < 9; ++i) {
+    seen.push_back(c.streaming(kBytes));
+    c.record(kBytes, seen.back(), 1.0);
+  }
+  CHECK(seen == std::vector<bool>{false, false, true, false, true, false, true, false, true});
+}
+
+TEST_CASE("stores: the faster kind wins, the other is tried every 32nd call") {
+  StoreChoice fast_streaming;
+  run(fast_streaming, 9, [](bool s) { return s ? 0.007 : 0.048; });
+  CHECK(run(fast_streaming, 64, [](bool s) { return s ? 0.007 : 0.048; }) == 62);
+  StoreChoice fast_ordinary;
+  run(fast_ordinary, 9, [](bool s) { return s ? 0.011 : 0.0066; });
+  CHECK(run(fast_ordinary, 64, [](bool s) { return s ? 0.011 : 0.0066; }) == 2);
+}
+
+TEST_CASE("stores: one slow outlier does not switch; a lasting change does within four calls") {
+  StoreChoice c;
+  run(c, 9, [](bool s) { return s ? 0.011 : 0.0066; });
+  int call = 0;
+  // A busy moment makes one ordinary call slow: ordinary stays.
+  CHECK(run(c, 10, [&](bool s) { return s ? 0.011 : (++call == 3 ? 0.2 : 0.0066); }) <= 1);
+  // The ranks move to cores that share no cache: ordinary stores become slow for good.
+  run(c, 4, [](bool s) { return s ? 0.0076 : 0.048; });
+  CHECK(run(c, 20, [](bool s) { return s ? 0.0076 : 0.048; }) >= 19);
+}
+
+TEST_CASE("stores: size classes are judged apart") {
+  StoreChoice c;
+  run(c, 20, [](bool s) { return s ? 0.007 : 0.048; }, 64u << 20);
+  run(c, 20, [](bool s) { return s ? 0.00015 : 0.00005; }, 1u << 20);
+  CHECK(c.streaming(64u << 20));
+  CHECK_FALSE(c.streaming(1u << 20));
+}
