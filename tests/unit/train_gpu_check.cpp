@@ -32,17 +32,7 @@ void expect(bool ok, const std::string& what) {
   failures += ok ? 0 : 1;
 }
 
-TrainConfig config() {
-  TrainConfig c;
-  c.hidden = {32, 32};
-  c.batch = 64;
-  c.steps = 120;
-  c.seed = 11;
-  c.ckpt_every = 40;
-  c.log_every = 1000;
-  c.optimizer.lr = 0.01;
-  return c;
-}
+TrainConfig config() { return test::short_run({32, 32}, 64, 11); }
 
 const Dataset& data() {
   static const Dataset d = make_synthetic(SyntheticSpec{.rows = 1024, .features = 16, .classes = 4, .spread = 1.5, .seed = 5});

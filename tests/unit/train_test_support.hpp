@@ -15,6 +15,19 @@
 
 namespace saker::train::test {
 
+// A short run that checkpoints every 40 of its 120 steps (three chances to resume).
+inline TrainConfig short_run(std::vector<int> hidden, int batch, std::uint64_t seed) {
+  TrainConfig c;
+  c.hidden = std::move(hidden);
+  c.batch = batch;
+  c.steps = 120;
+  c.seed = seed;
+  c.ckpt_every = 40;
+  c.log_every = 1000;
+  c.optimizer.lr = 0.01;
+  return c;
+}
+
 class MemoryStore final : public SnapshotStore {
  public:
   void save(const Snapshot& s, bool emergency) override {

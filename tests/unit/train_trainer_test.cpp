@@ -14,17 +14,7 @@ using saker::train::test::StopAfter;
 
 namespace {
 
-TrainConfig small_config() {
-  TrainConfig c;
-  c.hidden = {16};
-  c.batch = 32;
-  c.steps = 120;
-  c.seed = 3;
-  c.ckpt_every = 40;
-  c.log_every = 1000;
-  c.optimizer.lr = 0.01;
-  return c;
-}
+TrainConfig small_config() { return test::short_run({16}, 32, 3); }
 
 const Dataset& data() {
   static const Dataset d = make_synthetic(SyntheticSpec{.rows = 512, .features = 8, .classes = 3, .spread = 1.0, .seed = 4});
