@@ -64,6 +64,7 @@ bool is_rank_step(spank_t sp) {
 // without it otherwise (the plugin must load in any daemon).
 const slurm_conf_t* daemon_conf() { return static_cast<const slurm_conf_t*>(::dlsym(RTLD_DEFAULT, "slurm_conf")); }
 
+// The compact topology cache lives in slurmd's spool (root-owned, per node).
 std::string default_cache_path() {
   const slurm_conf_t* conf = daemon_conf();
   if (conf == nullptr || conf->slurmd_spooldir == nullptr) return {};
@@ -77,7 +78,7 @@ std::string default_cache_path() {
   for (const char* token : {"%n", "%h"})
     for (auto pos = dir.find(token); pos != std::string::npos; pos = dir.find(token)) dir.replace(pos, 2, shortname);
   if (::access(dir.c_str(), W_OK) != 0) return {};
-  return dir + "/saker-topology.xml";
+  return dir + "/saker-topology.bin";
 }
 
 // ConstrainDevices=yes renumbers CUDA_VISIBLE_DEVICES from 0 inside the step.
@@ -97,12 +98,7 @@ aff::Renumbering renumbering() {
 }
 
 aff::Machine load_machine(const Config& config) {
-  if (!config.topology_path.empty()) {
-    if (::access(config.topology_path.c_str(), R_OK) == 0) return aff::load_xml_file(config.topology_path);
-    return aff::load_cached(config.topology_path);  // absent: discover and cache it there
-  }
-  const std::string cache = default_cache_path();
-  return cache.empty() ? aff::load_live() : aff::load_cached(cache);
+  return aff::load_cached(aff::TopologySource{config.topology_path, default_cache_path()});
 }
 
 std::string getenv_of(spank_t sp, const char* name) {

@@ -75,7 +75,7 @@ cache="$IT_PREFIX/topology-cache.xml"
 sed -i "s|topology=[^ ]*|topology=$cache|" "$plugstack"
 assert_rc 0 "a step without a test topology runs" -- srun -n2 bash -c "$probe"
 assert_rc 0 "the live topology was cached as hwloc XML" -- hwloc-info --input "$cache"
-assert_contains "$(cat "$IT_PREFIX"/log/slurmd-*.log)" "cached this node's topology in $cache" "slurmd's log says so"
+assert_contains "$(cat "$IT_PREFIX"/log/slurmd-*.log)" "cached this node's topology (hwloc XML) in $cache" "slurmd's log says so"
 stamp=$(stat -c %Y.%i "$cache")
 assert_rc 0 "the next step reads the cache" -- srun -n2 bash -c "$probe"
 assert_eq "$stamp" "$(stat -c %Y.%i "$cache")" "the cache was not rewritten"
