@@ -4,8 +4,10 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <optional>
+#include <sstream>
 #include <string>
 
 extern "C" {
@@ -15,6 +17,7 @@ extern "C" {
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "plugins/affinity/binding.hpp"
+#include "plugins/affinity/gres_check.hpp"
 #include "plugins/affinity/plan_table.hpp"
 #include "plugins/affinity/planner.hpp"
 #include "plugins/affinity/topology.hpp"
@@ -97,6 +100,28 @@ aff::Renumbering renumbering() {
   return aff::Renumbering::detect;
 }
 
+// Slurm numbers and binds GPUs by gres.conf, Saker by the topology: when they disagree
+// every rank is shifted, so say so in slurmd's log at each step, from the node's first
+// task (whose environment names the node; the check reads one small file). gres.conf
+// sits next to slurm.conf.
+void log_gres_disagreements(spank_t sp, const aff::Machine& machine) {
+  const slurm_conf_t* conf = daemon_conf();
+  if (conf == nullptr || conf->slurm_conf == nullptr) return;
+  std::string path = conf->slurm_conf;
+  path = path.substr(0, path.rfind('/') + 1) + "gres.conf";
+  std::ifstream in(path);
+  if (!in) return;
+  std::stringstream text;
+  text << in.rdbuf();
+  char node[256] = {0};
+  if (spank_getenv(sp, "SLURMD_NODENAME", node, sizeof node) != ESPANK_SUCCESS || node[0] == '\0') {
+    ::gethostname(node, sizeof node - 1);
+    if (char* dot = std::strchr(node, '.')) *dot = '\0';
+  }
+  for (const auto& problem : aff::check_gres_conf(machine, text.str(), node))
+    log::warn("gres.conf disagrees with the topology: " + problem + " (check with `saker-topo check-gres " + path + "`)");
+}
+
 aff::Machine load_machine(const Config& config) {
   return aff::load_cached(aff::TopologySource{config.topology_path, default_cache_path()});
 }
@@ -152,6 +177,7 @@ int affinity_task_init(spank_t sp, const Config& config) {
   if (spank_get_item(sp, S_TASK_ID, &task) != ESPANK_SUCCESS ||
       spank_get_item(sp, S_JOB_LOCAL_TASK_COUNT, &local_tasks) != ESPANK_SUCCESS)
     return fall_back(config, "Slurm did not tell the local task id and count");
+  if (task == 0) log_gres_disagreements(sp, machine);
   aff::Request request;
   aff::Plan plan;
   try {
