@@ -89,6 +89,11 @@ assert_contains "$(cat "$IT_PREFIX"/log/slurmd-*.log)" "gres.conf disagrees with
 assert_contains "$(cat "$IT_PREFIX"/log/slurmd-*.log)" "names GPU 7, but the topology has 4 GPU(s)" \
   "slurmd's log names the disagreement"
 mv "$gres.orig" "$gres"
+# Steps read the topology from a compact cache in slurmd's spool (SlurmdSpoolDir's %n is
+# the node's Slurm name, not this host's), written by the first step.
+assert_rc 0 "the compact topology cache is in the node's spool" -- test -s "$IT_PREFIX/nodes/$node/spool/saker-topology.bin"
+assert_contains "$(cat "$IT_PREFIX"/log/slurmd-*.log)" "topology (compact) in $IT_PREFIX/nodes/$node/spool/saker-topology.bin" \
+  "slurmd's log says it was written"
 
 # No test topology: the live one is discovered once, cached as XML, and read back by the
 # next step (this machine: 2 CPUs, no GPUs, so a CPU-only plan).
