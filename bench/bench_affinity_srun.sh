@@ -3,13 +3,15 @@
 # `srun -N1 -n8 --gpus-per-task=1 true` on a local 1-node cluster (8 fake GPUs, the
 # topology fixture topo-itest-2cpu-8gpu.xml whose PUs are this machine's CPUs 0-1),
 # with the plugin vs without it, in the same run on the same cluster (target: <= 1.03x).
+# A third side loads the plugin with gpu-affinity=none, which splits the cost into
+# loading spank_saker.so (and its libraries) in srun and slurmstepd, and the affinity
+# work itself (topology cache read, plan, binding in every task).
 #
 # srun and slurmstepd read plugstack.conf at every launch, so the sides differ only in
 # that file: with the plugin (srun's local context and every task's plan and binding,
-# the compact topology cache warm in slurmd's spool) or empty. Turns of N sruns strictly
-# alternate (without, with, without, ...), each turn with the plugin is compared with the
-# two turns without it around it, and every round's ratio is printed, with the median
-# and the spread. Before timing, the bench checks that the plugin really bound the tasks
+# the compact topology cache warm in slurmd's spool) or empty. Each round runs a turn of
+# N sruns per side, in an order that rotates every round so no side always follows the
+# same one; every round's ratios are printed, then their medians and spread. Before timing, the bench checks that the plugin really bound the tasks
 # (--gpu-affinity=explain) and that the other side really ran without it.
 #
 # Env: SAKER_BENCH_SRUNS (sruns per turn, default 10), SAKER_BENCH_ROUNDS (default 10).
@@ -45,6 +47,7 @@ export SLURM_CONF="$prefix/etc/slurm.conf"
 plugstack="$prefix/etc/plugstack.conf"
 cp "$plugstack" "$scratch/plugstack.with"
 grep -v spank_saker "$plugstack" >"$scratch/plugstack.without" || true
+sed '/spank_saker/ s|$| gpu-affinity=none|' "$plugstack" >"$scratch/plugstack.none"
 side() { cp "$scratch/plugstack.$1" "$plugstack"; }
 step=(srun -N1 -n8 --gpus-per-task=1)
 
@@ -64,27 +67,34 @@ turn() {
   local i start
   side "$1"
   start=$EPOCHREALTIME
-  for ((i = 0; i < N; i++)); do "${step[@]}" true; done
+  for ((i = 0; i < N; i++)); do "${step[@]}" true 2>/dev/null; done
   t=$(echo "$EPOCHREALTIME - $start" | bc -l)
 }
-turn without; turn with  # warm-up, untimed
-printf 'srun -N1 -n8 --gpus-per-task=1 true: %d sruns per turn, %d turns with spank_saker.so between %d without\n' \
-  "$N" "$ROUNDS" $((ROUNDS + 1))
-ratios=()
-turn without
-before=$t
+median_of() { sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+spread_of() { sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "min %.3f, max %.3f", lo, hi }'; }
+
+turn without; turn none; turn with  # warm-up, untimed (and the topology cache written)
+printf 'srun -N1 -n8 --gpus-per-task=1 true: %d rounds of %d sruns per side; sides: without the plugin,
+' "$ROUNDS" "$N"
+printf 'plugin loaded with gpu-affinity=none, plugin with affinity (the order rotates every round)
+'
+total=() affinity=()
+order=(without none with)
 for ((r = 1; r <= ROUNDS; r++)); do
-  turn with
-  with_s=$t
-  turn without
-  without_s=$(echo "($before + $t) / 2" | bc -l)
-  ratios+=("$(echo "$with_s / $without_s" | bc -l)")
-  printf 'round %2d: without %6.1f ms/srun, with %6.1f ms/srun: ratio %.3f\n' "$r" \
-    "$(echo "$without_s * 1000 / $N" | bc -l)" "$(echo "$with_s * 1000 / $N" | bc -l)" "${ratios[-1]}"
-  before=$t
+  declare -A ms=()
+  for ((i = 0; i < 3; i++)); do
+    s=${order[(i + r) % 3]}
+    turn "$s"
+    ms[$s]=$(echo "$t * 1000 / $N" | bc -l)
+  done
+  total+=("$(echo "${ms[with]} / ${ms[without]}" | bc -l)")
+  affinity+=("$(echo "${ms[with]} / ${ms[none]}" | bc -l)")
+  printf 'round %2d: without %6.1f ms/srun, none %6.1f, with %6.1f: with/without %.3f, with/none %.3f\n' "$r" \
+    "${ms[without]}" "${ms[none]}" "${ms[with]}" "${total[-1]}" "${affinity[-1]}"
 done
-sorted=$(printf '%s\n' "${ratios[@]}" | sort -g)
-median=$(awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }' <<<"$sorted")
-printf 'srun wall time with spank_saker.so / without: median %.3f, min %.3f, max %.3f over %d rounds [target <= 1.03: %s]\n' \
-  "$median" "$(head -1 <<<"$sorted")" "$(tail -1 <<<"$sorted")" "$ROUNDS" \
-  "$(echo "$median <= 1.03" | bc -l | sed 's/1/MET/;s/0/MISSED/')"
+m_total=$(printf '%s\n' "${total[@]}" | median_of)
+m_aff=$(printf '%s\n' "${affinity[@]}" | median_of)
+printf 'affinity (plugin with affinity / plugin loaded with gpu-affinity=none): median %.3f (%s)\n' \
+  "$m_aff" "$(printf '%s\n' "${affinity[@]}" | spread_of)"
+printf 'whole plugin (with / without spank_saker.so): median %.3f (%s) [target <= 1.03: %s]\n' \
+  "$m_total" "$(printf '%s\n' "${total[@]}" | spread_of)" "$(echo "$m_total <= 1.03" | bc -l | sed 's/1/MET/;s/0/MISSED/')"
