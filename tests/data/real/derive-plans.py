@@ -20,6 +20,8 @@ CASES = [
     ("hp-sl390s-3tesla-ati-ib.xml", 6, "", None),
     ("hp-sl390s-restricted-to-package0.xml", 1, "0", None),
     ("hp-sl390s-restricted-to-package0.xml", 2, "", None),
+    # exported inside the cpuset, planned for a job that holds the whole machine
+    ("hp-sl390s-restricted-to-package0.xml", 2, "1-2", "0-23"),
     ("cisco-ucs-usnic-manyVFs.xml", 4, "", None),
     ("cisco-ucs-usnic-manyVFs.xml", 2, "", None),
     ("cisco-ucs-usnic-manyVFs.xml", 1, "", "8-11"),
