@@ -35,12 +35,13 @@ struct Device {
   GpuVendor vendor = GpuVendor::nvidia;
 };
 
+// By the file name, so device nodes outside /dev (test clusters, containers) count too.
 std::optional<Device> device_of(const std::string& path) {
+  const std::string base = path.substr(path.rfind('/') + 1);
   unsigned n = 0;
   char tail = 0;
-  if (std::sscanf(path.c_str(), "/dev/nvidia%u%c", &n, &tail) == 1) return Device{n, GpuVendor::nvidia};
-  if (std::sscanf(path.c_str(), "/dev/dri/renderD%u%c", &n, &tail) == 1 && n >= 128)
-    return Device{n - 128, GpuVendor::amd};
+  if (std::sscanf(base.c_str(), "nvidia%u%c", &n, &tail) == 1) return Device{n, GpuVendor::nvidia};
+  if (std::sscanf(base.c_str(), "renderD%u%c", &n, &tail) == 1 && n >= 128) return Device{n - 128, GpuVendor::amd};
   return std::nullopt;
 }
 
