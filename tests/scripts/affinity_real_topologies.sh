@@ -41,4 +41,10 @@ while IFS= read -r line; do
   fi
 done <"$real/expected-plans.txt"
 [ ${#case_[@]} -gt 0 ] && check_case "${case_[@]}" "$expected"
+# Without --topology, plan discovers this machine.
+if out=$("$topo" plan --ntasks-per-node 1 --format env 2>&1) && [[ $out == "rank=0 "* ]]; then
+  echo "ok: plan without --topology discovers this machine"
+else
+  echo "FAIL: plan without --topology: $out"; fail=1
+fi
 exit $fail

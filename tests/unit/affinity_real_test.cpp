@@ -9,6 +9,7 @@
 
 #include "common/error.hpp"
 #include "plugins/affinity/gres_check.hpp"
+#include "plugins/affinity/plan_table.hpp"
 #include "plugins/affinity/planner.hpp"
 #include "plugins/affinity/topology.hpp"
 
@@ -56,6 +57,14 @@ TEST_CASE("real topology: the server's ATI VGA chip is not a GPU, the three Tesl
   CHECK(m.gpus[2].pci_bus_id == "0000:14:00.0");
   CHECK(m.gpus[1].numa == 1);
   CHECK_THAT(m.gpu_order, Catch::Contains("PCI bus order (fallback"));
+}
+
+TEST_CASE("real topology: show numbers cores logically where OS core numbers repeat per package") {
+  // Both packages have OS cores 0,1,2,8,9,10: by OS number the two NUMA rows would read alike.
+  const std::string text = format_machine(load_xml_buffer(real_xml(kSl390s)));
+  CHECK_THAT(text, Catch::Contains("0     0-5    0,2,4,6,8,10,12,14,16,18,20,22"));
+  CHECK_THAT(text, Catch::Contains("1     6-11   1,3,5,7,9,11,13,15,17,19,21,23"));
+  CHECK_THAT(text, Catch::Contains("numbered by PCI bus order (fallback"));
 }
 
 TEST_CASE("real topology: the 0x0c06 InfiniBand card is an RDMA NIC, preferred over the 1 GbE ports") {
