@@ -15,6 +15,7 @@
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "plugins/affinity/describe.hpp"
+#include "plugins/affinity/hwloc_reason.hpp"
 #include "plugins/affinity/machine_cache.hpp"
 
 namespace saker::affinity {
@@ -81,15 +82,20 @@ void check_xml_text(const std::string& xml, const std::string& what) {
                         "the file was cut short (a full disk or an interrupted copy)", regenerate));
 }
 
-Machine load_xml_text(const std::string& xml, const std::string& what) {
+// `path`: the file the bytes came from, if any, so hwloc's own reason can be asked for.
+Machine load_xml_text(const std::string& xml, const std::string& what, const std::string& path = {}) {
   check_xml_text(xml, what);
   auto topo = make_topology(true);
   errno = 0;
   if (hwloc_topology_set_xmlbuffer(topo.get(), xml.data(), static_cast<int>(xml.size() + 1)) != 0 ||
-      hwloc_topology_load(topo.get()) != 0)
-    throw Error(explain("hwloc cannot load " + what, std::strerror(errno == 0 ? EINVAL : errno),
-                        "`HWLOC_XML_VERBOSE=1 lstopo --input FILE` prints hwloc's reason (saker-topo prints it too); "
+      hwloc_topology_load(topo.get()) != 0) {
+    const std::string err = std::strerror(errno == 0 ? EINVAL : errno);
+    const std::string reason = path.empty() ? std::string() : hwloc_reason(path);
+    throw Error(explain("hwloc cannot load " + what,
+                        reason.empty() ? err + " (hwloc gave no reason; `HWLOC_XML_VERBOSE=1 lstopo --input FILE` shows it)"
+                                       : "hwloc says: " + reason,
                         "regenerate the file with `lstopo FILE.xml` on the node"));
+  }
   return describe(topo.get(), false);
 }
 
@@ -158,7 +164,7 @@ Machine load_xml_file(const std::string& path) {
   if (!xml)
     throw Error(explain("cannot read the topology file " + path, std::strerror(errno),
                         "give an hwloc XML file (`lstopo FILE.xml` writes one)"));
-  return load_xml_text(*xml, "the topology file " + path);
+  return load_xml_text(*xml, "the topology file " + path, path);
 }
 
 Machine load_xml_buffer(const std::string& xml, const std::string& what) { return load_xml_text(xml, what); }
@@ -185,7 +191,7 @@ Machine load_cached(const TopologySource& source) {
       if (auto cached = decode_machine(*bytes, key)) return std::move(*cached);
   Machine m;
   if (xml) {
-    m = load_xml_text(*xml, "the topology file " + source.xml_path);
+    m = load_xml_text(*xml, "the topology file " + source.xml_path, source.xml_path);
   } else if (!source.xml_path.empty()) {
     // topology= names a file that is not there yet: discover once and write it, so
     // saker-topo and people can read what the plugin used.

@@ -98,6 +98,22 @@ std::string slurp(const std::string& path) {
 }
 }  // namespace
 
+TEST_CASE("affinity topology: a file hwloc refuses is reported with hwloc's own reason") {
+  if (std::system("command -v hwloc-info >/dev/null 2>&1") != 0) {
+    WARN("hwloc-info is not installed: hwloc's reason cannot be asked for here");
+    return;
+  }
+  char path[] = "/tmp/saker-topo-bogus-XXXXXX";
+  const int fd = ::mkstemp(path);
+  REQUIRE(fd >= 0);
+  const std::string bogus = "<topology version=\"2.0\"><object type=\"Bogus\"/></topology>\n";
+  REQUIRE(::write(fd, bogus.data(), bogus.size()) == static_cast<ssize_t>(bogus.size()));
+  ::close(fd);
+  CHECK_THROWS_WITH(load_xml_file(path), Catch::Contains("hwloc says: unrecognized object type string Bogus") &&
+                                             Catch::Contains(path));
+  ::unlink(path);
+}
+
 TEST_CASE("affinity topology: an absent topology file is discovered once, written as XML, and cached") {
   TempDir dir;
   const TopologySource source{dir.path + "/topology.xml", dir.path + "/topology.bin"};

@@ -10,7 +10,6 @@
 // Exit codes: 0 success, 1 the plan is impossible or gres.conf disagrees (the reasons
 // are printed), 2 bad usage, 3 the topology cannot be loaded.
 #include <boost/program_options.hpp>
-#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -85,8 +84,6 @@ int plan(const aff::Machine& machine, const std::string& gpus, const std::string
 }  // namespace
 
 int main(int argc, char** argv) {
-  // hwloc prints why it refuses an XML file only when asked; saker-topo always asks.
-  ::setenv("HWLOC_XML_VERBOSE", "1", 0);
   std::string command, file, topology, gpus, cpuset, node, format = "table";
   unsigned ntasks = 0;
   bool shared = false;
