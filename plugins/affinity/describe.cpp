@@ -121,8 +121,8 @@ unsigned first_active_port(hwloc_obj_t osdev) {
 }
 
 // The NVIDIA driver's minor (the N of /dev/nvidiaN, what gres.conf File= names).
-std::optional<unsigned> nvidia_minor(const std::string& bus) {
-  std::ifstream in("/proc/driver/nvidia/gpus/" + bus + "/information");
+std::optional<unsigned> nvidia_minor(const std::string& dir, const std::string& bus) {
+  std::ifstream in(dir + "/" + bus + "/information");
   for (std::string line; std::getline(in, line);) {
     unsigned minor = 0;
     if (std::sscanf(line.c_str(), "Device Minor: %u", &minor) == 1) return minor;
@@ -142,7 +142,8 @@ struct GpuCandidate {
   std::optional<unsigned> minor;
 };
 
-void add_gpus(hwloc_topology_t topo, bool live, Machine& m, std::vector<hwloc_obj_t>& gpu_objs) {
+void add_gpus(hwloc_topology_t topo, bool live, const std::string& nvidia_gpus, Machine& m,
+              std::vector<hwloc_obj_t>& gpu_objs) {
   std::vector<GpuCandidate> found;
   bool any_compute = false;
   for (hwloc_obj_t p = nullptr; (p = hwloc_get_next_pcidev(topo, p)) != nullptr;)
@@ -152,7 +153,7 @@ void add_gpus(hwloc_topology_t topo, bool live, Machine& m, std::vector<hwloc_ob
     // When hwloc saw compute devices, exactly those are GPUs; a card without one is a
     // display chip or an OpenCL-only device of another vendor.
     if (any_compute ? !name.has_value() : !gpu_by_class(p)) continue;
-    found.push_back({p, name, live && vendor_of(p) == kNvidia ? nvidia_minor(bus_id(p)) : std::nullopt});
+    found.push_back({p, name, live && vendor_of(p) == kNvidia ? nvidia_minor(nvidia_gpus, bus_id(p)) : std::nullopt});
   }
   const bool all_minors = !found.empty() && std::all_of(found.begin(), found.end(), [](auto& g) { return g.minor.has_value(); });
   const bool all_named = !found.empty() && std::all_of(found.begin(), found.end(), [](auto& g) { return g.name.has_value(); });
@@ -214,7 +215,7 @@ const char* vendor_name(GpuVendor v) {
   }
 }
 
-Machine describe(hwloc_topology_t topo, bool live) {
+Machine describe(hwloc_topology_t topo, bool live, const std::string& nvidia_gpus) {
   Machine m;
   if (const char* host = hwloc_obj_get_info_by_name(hwloc_get_root_obj(topo), "HostName")) m.hostname = host;
   m.allowed_pus = bitmap_to_list(hwloc_topology_get_allowed_cpuset(topo));
@@ -236,7 +237,7 @@ Machine describe(hwloc_topology_t topo, bool live) {
   }
 
   std::vector<hwloc_obj_t> gpu_objs, nic_objs;
-  add_gpus(topo, live, m, gpu_objs);
+  add_gpus(topo, live, nvidia_gpus, m, gpu_objs);
   add_nics(topo, m, nic_objs);
   for (hwloc_obj_t g : gpu_objs) {
     m.gpu_nic_hops.emplace_back();

@@ -3,11 +3,14 @@
 // cases edit a real file in memory to add what that machine lacked (compute device
 // names, another vendor), each edit said where it is made.
 #include <catch2/catch.hpp>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <sstream>
 
 #include "common/error.hpp"
+#include "plugins/affinity/describe.hpp"
 #include "plugins/affinity/gres_check.hpp"
 #include "plugins/affinity/plan_table.hpp"
 #include "plugins/affinity/planner.hpp"
@@ -88,6 +91,39 @@ TEST_CASE("real topology: GPUs are numbered by their NVML names, not by PCI orde
   CHECK(m.gpus[0].pci_bus_id == "0000:36:00.0");
   CHECK(m.gpus[1].pci_bus_id == "0000:34:00.0");
   CHECK_THAT(m.gpu_order, Catch::Contains("NVML/CUDA/RSMI"));
+}
+
+TEST_CASE("real topology: on a live node, GPUs follow the NVIDIA driver's /dev/nvidiaN minors") {
+  // The DGX-2 as if discovered live, with a driver directory that gives the first two
+  // GPUs each other's minor (the driver probes in its own order, not always PCI order).
+  char dir[] = "/tmp/saker-nvidia-gpus-XXXXXX";
+  REQUIRE(::mkdtemp(dir) != nullptr);
+  const char* buses[] = {"34", "36", "39", "3b", "57", "59", "5c", "5e", "b7", "b9", "bc", "be", "e0", "e2", "e5", "e7"};
+  for (unsigned i = 0; i < 16; ++i) {
+    const std::string gpu_dir = std::string(dir) + "/0000:" + buses[i] + ":00.0";
+    REQUIRE(::mkdir(gpu_dir.c_str(), 0755) == 0);
+    std::ofstream(gpu_dir + "/information") << "Model: \t\t Tesla V100\nDevice Minor: \t " << (i < 2 ? 1 - i : i) << "\n";
+  }
+  hwloc_topology_t topo = nullptr;
+  REQUIRE(hwloc_topology_init(&topo) == 0);
+  hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_ALL);
+  const std::string xml = real_xml("nvidia-dgx2-16v100-nvswitch.xml");
+  REQUIRE(hwloc_topology_set_xmlbuffer(topo, xml.data(), static_cast<int>(xml.size() + 1)) == 0);
+  REQUIRE(hwloc_topology_load(topo) == 0);
+  const Machine m = describe(topo, true, dir);
+  const Machine without_driver = describe(topo, true, std::string(dir) + "/absent");
+  hwloc_topology_destroy(topo);
+  CHECK(m.gpus[0].pci_bus_id == "0000:36:00.0");
+  CHECK(m.gpus[1].pci_bus_id == "0000:34:00.0");
+  CHECK(m.gpus[15].pci_bus_id == "0000:e7:00.0");
+  CHECK_THAT(m.gpu_order, Catch::Contains("NVIDIA driver minors"));
+  CHECK(without_driver.gpus[0].pci_bus_id == "0000:34:00.0");  // NVML order then
+  for (const char* bus : buses) {
+    const std::string gpu_dir = std::string(dir) + "/0000:" + bus + ":00.0";
+    ::unlink((gpu_dir + "/information").c_str());
+    ::rmdir(gpu_dir.c_str());
+  }
+  ::rmdir(dir);
 }
 
 TEST_CASE("real topology: an OpenCL-only device of another vendor gets no CUDA index") {
