@@ -74,6 +74,8 @@ median_of() { sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 
 spread_of() { sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "min %.3f, max %.3f", lo, hi }'; }
 
 turn without; turn none; turn with  # warm-up, untimed (and the topology cache written)
+# Other users of this machine's cores swamp a difference of a few ms: show the load.
+echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) CPUs"
 printf 'srun -N1 -n8 --gpus-per-task=1 true: %d rounds of %d sruns per side; sides: without the plugin,
 ' "$ROUNDS" "$N"
 printf 'plugin loaded with gpu-affinity=none, plugin with affinity (the order rotates every round)
@@ -92,6 +94,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
   printf 'round %2d: without %6.1f ms/srun, none %6.1f, with %6.1f: with/without %.3f, with/none %.3f\n' "$r" \
     "${ms[without]}" "${ms[none]}" "${ms[with]}" "${total[-1]}" "${affinity[-1]}"
 done
+echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) CPUs (ratios are noise when it exceeds the CPUs)"
 m_total=$(printf '%s\n' "${total[@]}" | median_of)
 m_aff=$(printf '%s\n' "${affinity[@]}" | median_of)
 printf 'affinity (plugin with affinity / plugin loaded with gpu-affinity=none): median %.3f (%s)\n' \

@@ -68,11 +68,9 @@ void check_xml_text(const std::string& xml, const std::string& what) {
   if (version != std::string::npos && version < tag_end &&
       std::sscanf(xml.c_str() + version, "version=\"%u.%u\"", &major, &minor) == 2 &&
       major > HWLOC_API_VERSION >> 16) {
-    const unsigned ours = hwloc_get_api_version();
     throw Error(explain(what + " is hwloc XML version " + std::to_string(major) + "." + std::to_string(minor) +
-                            ", exported by a newer hwloc than this one (" + std::to_string(ours >> 16) + "." +
-                            std::to_string((ours >> 8) & 0xff) + ", which reads XML up to version " +
-                            std::to_string(HWLOC_API_VERSION >> 16) + ".x)",
+                            ", exported by a newer hwloc than the one Saker was built with (" HWLOC_VERSION
+                            ", which reads XML up to version " + std::to_string(HWLOC_API_VERSION >> 16) + ".x)",
                         "hwloc cannot import XML from a newer major version",
                         "re-export it with `lstopo --of xml --export-xml-flags v2 FILE.xml` on the newer hwloc, "
                         "or build Saker against that newer hwloc"));
