@@ -85,7 +85,7 @@ std::string format_machine(const Machine& m) {
                          format_index_list(n.pus)});
   if (m.allowed_pus != m.all_pus())
     out += "allowed CPUs (the exporting process's cpuset): " + format_index_list(m.allowed_pus) + "\n";
-  out += render(numa_rows) + "\nGPUs (numbered by " + m.gpu_order + "):\n";
+  out += render(numa_rows) + "\nGPUs" + (m.gpus.empty() ? std::string() : " (numbered by " + m.gpu_order + ")") + ":\n";
   std::vector<Row> gpu_rows{{"gpu", "pci", "vendor", "numa", "os devices"}};
   Row header{"nic", "pci", "numa", "rdma", "netdev"};
   for (const auto& g : m.gpus) {

@@ -25,6 +25,10 @@ CASES = [
     ("cisco-ucs-usnic-manyVFs.xml", 4, "", None),
     ("cisco-ucs-usnic-manyVFs.xml", 2, "", None),
     ("cisco-ucs-usnic-manyVFs.xml", 1, "", "8-11"),
+    ("cisco-b200m4-cod-4numa.xml", 2, "", None),
+    ("cisco-b200m4-cod-4numa.xml", 4, "", None),
+    ("cisco-b200m4-cod-4numa.xml", 8, "", None),
+    ("cisco-b200m4-cod-4numa.xml", 3, "", "7-20"),
     ("nvidia-dgx2-16v100-nvswitch.xml", 16, "0-15", None),
     ("nvidia-dgx2-16v100-nvswitch.xml", 4, "8-11", None),
 ]
