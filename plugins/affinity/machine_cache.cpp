@@ -158,8 +158,8 @@ std::optional<Machine> decode_machine(const std::string& bytes, std::uint64_t ke
   for (const auto& n : m.numas)
     for (std::size_t c : n.cores)
       if (c >= m.cores.size()) return std::nullopt;
-  for (const auto& g : m.gpus)
-    if (g.numa >= m.numas.size()) return std::nullopt;
+  for (std::size_t i = 0; i < m.gpus.size(); ++i)
+    if (m.gpus[i].numa >= m.numas.size() || m.gpus[i].index != i) return std::nullopt;
   for (const auto& n : m.nics)
     if (n.numa >= m.numas.size()) return std::nullopt;
   for (const auto& row : m.gpu_nic_hops)
