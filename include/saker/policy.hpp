@@ -18,8 +18,8 @@
 #include <string_view>
 #include <vector>
 
-#include "common/error.hpp"
-#include "policies/dataset_ref.hpp"  // DatasetRef, parse_dataset_list, kDatasetsEnvName
+#include "saker/error.hpp"
+#include "saker/dataset_ref.hpp"  // DatasetRef, parse_dataset_list, kDatasetsEnvName
 
 namespace saker::policy {
 
