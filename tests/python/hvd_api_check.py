@@ -112,6 +112,33 @@ def optimizer(r, n):
     check(st.param_groups[0]["lr"] == 0.01, "broadcast_optimizer_state gives rank 0's hyper-parameters")
 
 
+def sync_batch_norm(r, n):
+    """SyncBatchNorm on this rank's share equals BatchNorm2d on the global batch: output,
+    input gradient, weight/bias gradients summed over ranks, running statistics."""
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(4 * n, 3, 5, 5, generator=g) * 3 + 1
+    w = torch.randn(4 * n, 3, 5, 5, generator=g)
+    ref = torch.nn.BatchNorm2d(3)
+    sbn = hvd.SyncBatchNorm(3)
+    with torch.no_grad():
+        ref.weight.uniform_(0.5, 1.5, generator=g)
+        ref.bias.uniform_(-1, 1, generator=g)
+    sbn.load_state_dict(ref.state_dict())
+    xg = x.clone().requires_grad_()
+    (ref(xg) * w).sum().backward()
+    mine = slice(4 * r, 4 * (r + 1))
+    xl = x[mine].clone().requires_grad_()
+    out = sbn(xl)
+    (out * w[mine]).sum().backward()
+    ref_out = torch.nn.functional.batch_norm(x, None, None, ref.weight, ref.bias, training=True)
+    check(torch.allclose(out, ref_out[mine].detach(), atol=1e-5), "SyncBatchNorm output")
+    check(torch.allclose(xl.grad, xg.grad[mine], atol=1e-5), "SyncBatchNorm input gradient")
+    check(torch.allclose(hvd.allreduce(sbn.weight.grad, op=hvd.Sum), ref.weight.grad, atol=1e-4), "weight gradient")
+    check(torch.allclose(hvd.allreduce(sbn.bias.grad, op=hvd.Sum), ref.bias.grad, atol=1e-4), "bias gradient")
+    check(torch.allclose(sbn.running_mean, ref.running_mean, atol=1e-6), "running mean")
+    check(torch.allclose(sbn.running_var, ref.running_var, atol=1e-5), "running variance")
+
+
 def mismatch(r):
     """Rank 0 submits a parameter the others never do: the stall report must name it."""
     handle = hvd.allreduce_async(torch.ones(2), name="layer.only_on_rank0.weight" if r == 0 else "layer.shared.weight")
@@ -127,6 +154,7 @@ if sys.argv[1:] == ["mismatch"]:
 else:
     collectives(rank, size)
     optimizer(rank, size)
+    sync_batch_norm(rank, size)
     print(f"hvd-api ok rank {rank}/{size} local {hvd.local_rank()}/{hvd.local_size()} "
           f"cross {hvd.cross_rank()}/{hvd.cross_size()}", flush=True)
 hvd.shutdown()

@@ -18,14 +18,8 @@ from .collectives import (Average, Sum, Min, Max, Adasum, Product, allreduce, al
                           broadcast_async_, allgather, broadcast_object, allgather_object, barrier, join,
                           global_process_set)
 from .optimizer import (Compression, DistributedOptimizer, broadcast_parameters, broadcast_optimizer_state)
+from .sync_batch_norm import SyncBatchNorm
 from . import backend, checkpoint
 
 backend.register()
 
-
-class SyncBatchNorm:
-    """Not provided yet: raises with the alternative."""
-
-    def __init__(self, *args, **kwargs):
-        raise NotImplementedError("saker.torch.SyncBatchNorm is not implemented; use torch.nn.BatchNorm* "
-                                  "(per-rank statistics) or GroupNorm, which needs no cross-rank statistics")
