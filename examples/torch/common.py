@@ -4,6 +4,8 @@ import argparse
 import hashlib
 import os
 import signal
+import subprocess
+import time
 
 import torch
 
@@ -58,11 +60,23 @@ def param_hash(model):
 
 
 def maybe_fail(rank, step):
-    """Fault injection for Saker's tests: SAKER_EXAMPLE_KILL="RANK:STEP" kills that rank
-    with SIGKILL after STEP on the first attempt of a saker-run."""
+    """Fault injection for Saker's tests, on a first attempt only: SAKER_EXAMPLE_KILL=
+    "RANK:STEP" kills that rank with SIGKILL after STEP; SAKER_EXAMPLE_PREEMPT="STEP" has
+    rank 0 send SIGUSR1 to saker-run (its parent under --local; "STEP:scancel": to the
+    batch step, through scancel -b), which forwards it to every rank, as for a preemption."""
+    if os.environ.get("SAKER_RUN_ATTEMPT", "1") != "1" or os.path.exists(os.environ.get("SAKER_PREEMPT_MARKER", "")):
+        return
     spec = os.environ.get("SAKER_EXAMPLE_KILL")
-    if spec and os.environ.get("SAKER_RUN_ATTEMPT", "1") == "1":
+    if spec:
         r, s = (int(v) for v in spec.split(":"))
         if r == rank and s == step:
             print(f"rank {rank}: killing myself after step {step} (SAKER_EXAMPLE_KILL)", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
+    spec = os.environ.get("SAKER_EXAMPLE_PREEMPT")
+    if spec and rank == 0 and int(spec.split(":")[0]) == step:
+        print(f"rank 0: signalling saker-run after step {step} (SAKER_EXAMPLE_PREEMPT)", flush=True)
+        if spec.endswith(":scancel"):
+            subprocess.run(["scancel", "--signal=USR1", "-b", os.environ["SLURM_JOB_ID"]], check=True)
+        else:
+            os.kill(os.getppid(), signal.SIGUSR1)
+        time.sleep(3)  # let the signal reach every rank before the next step boundary

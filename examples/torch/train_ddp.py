@@ -36,6 +36,7 @@ model = common.make_model(args.seed)
 optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
 start = 0
 if args.ckpt_dir:
+    checkpoint.install_preemption_handler()  # saker-run forwards SIGTERM/USR1: checkpoint, exit, requeue
     state = checkpoint.load_latest(args.ckpt_dir, model=model, optimizer=optimizer)
     start = state["step"] if state else 0
     if start and rank == 0:
@@ -51,10 +52,12 @@ for step in range(start, args.steps):
     done = step + 1
     if args.ckpt_dir and done % args.ckpt_every == 0:
         checkpoint.save(args.ckpt_dir, model=model, optimizer=optimizer, step=done)
+    if args.ckpt_dir:
+        checkpoint.exit_if_preempted(args.ckpt_dir, model=model, optimizer=optimizer, step=done)
     common.maybe_fail(rank, done)
     if rank == 0 and done % 5 == 0:
         print(f"step {done} loss {loss.item():.4f}", flush=True)
 
-print(f"rank {rank}/{size} params {common.param_hash(model)}", flush=True)
+print(f"rank {rank}/{size} params {common.param_hash(model)}\n", end="", flush=True)  # one write per line
 if args.save_params and rank == 0:
     torch.save(model.state_dict(), args.save_params)

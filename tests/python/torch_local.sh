@@ -2,7 +2,9 @@
 # saker.torch with Debian's own torch, ranks under saker-run --local (no Slurm needed):
 # Horovod's API semantics; the same parameters on every rank, bitwise run to run, equal
 # to Gloo's DDP and to one process on the global batch; a killed rank resumes from its
-# checkpoint to the uninterrupted hash; mismatched tensor names give a stall report.
+# checkpoint to the uninterrupted hash, and so does a preempted run; checkpoints are
+# libsaker_ckpt's (named datasets, a damaged one skipped); mismatched tensor names give a
+# stall report.
 source "$(dirname "$0")/../integration/lib.sh"
 py=/usr/bin/python3
 $py -c 'import torch' 2>/dev/null || { echo "SKIP: $py cannot import torch (apt-get install python3-torch)"; exit 77; }
@@ -51,11 +53,29 @@ for script in train_hvd train_ddp; do
   assert_eq "$(hash_of "$IT_OUT" 0)" "$(hash_of "$hvd1" 0)" "$script after the kill: the uninterrupted hash"
 done
 
-# A corrupt newest checkpoint is skipped: the run falls back to the previous one.
-newest=$(ls "$tmp/ck-train_hvd"/step-*.pt | tail -1)
-printf 'garbage' | dd of="$newest" bs=1 seek=100 conv=notrunc status=none
-assert_rc 0 "a corrupt newest checkpoint" -- "$run" --local -n 2 -- $py "$ex/train_hvd.py" --steps $((steps + 3)) --ckpt-dir "$tmp/ck-train_hvd"
-assert_contains "$IT_OUT" "checksum mismatch" "the corrupt checkpoint is reported"
+# Preemption: SIGUSR1 to saker-run after step 7; the ranks write an emergency checkpoint
+# at the next step boundary and exit; the next run resumes from it to the same hash.
+for script in train_hvd train_ddp; do
+  assert_rc 75 "$script: preempted (saker-run --local stops with the ranks' 75 instead of requeueing)" -- env SAKER_EXAMPLE_PREEMPT=7 \
+    "$run" --local -n 2 --ckpt-dir "$tmp/pre-$script" -- $py "$ex/$script.py" --steps $steps
+  assert_contains "$IT_OUT" "preempted: emergency checkpoint of step 8 committed" "$script: emergency checkpoint"
+  assert_rc 0 "$script: run again" -- "$run" --local -n 2 --ckpt-dir "$tmp/pre-$script" -- $py "$ex/$script.py" --steps $steps
+  assert_contains "$IT_OUT" "resumed from step 8" "$script resumes from the emergency checkpoint"
+  assert_eq "$(hash_of "$IT_OUT" 0)" "$(hash_of "$hvd1" 0)" "$script after preemption: the uninterrupted hash"
+done
+
+# The checkpoints are libsaker_ckpt's: one HDF5 dataset per parameter, for h5py.
+assert_rc 0 "h5py sees the parameters by name" -- $py -c "
+import glob, h5py
+f = h5py.File(sorted(p for p in glob.glob('$tmp/ck-train_hvd/ckpt-*.h5') if 'shard' not in p)[-1])
+names = set(f['shard_00000/tensors'])
+assert {'model:conv1.weight', 'model:fc.bias', 'optim:0:momentum_buffer'} <= names, names"
+
+# A damaged newest checkpoint is skipped: the run falls back to the previous one.
+newest=$(ls "$tmp/ck-train_hvd"/ckpt-*.h5 | grep -v shard | tail -1)
+printf 'garbagegarbage' | dd of="$newest" bs=1 seek=$(($(stat -c %s "$newest") / 2)) conv=notrunc status=none
+assert_rc 0 "a damaged newest checkpoint" -- "$run" --local -n 2 -- $py "$ex/train_hvd.py" --steps $((steps + 3)) --ckpt-dir "$tmp/ck-train_hvd"
+assert_contains "$IT_OUT" "checksum mismatch" "the damaged checkpoint is reported"
 assert_contains "$IT_OUT" "resumed from step 5" "and the previous one is used"
 
 assert_rc 1 "tensor names that differ across ranks" -- env SAKER_STALL_WARNING_S=1 SAKER_STALL_ABORT_S=2 \
