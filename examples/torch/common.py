@@ -60,11 +60,13 @@ def param_hash(model):
 
 
 def maybe_fail(rank, step):
-    """Fault injection for Saker's tests, on a first attempt only: SAKER_EXAMPLE_KILL=
+    """Fault injection for Saker's tests, on a first attempt only (not after a restart or
+    a requeue): SAKER_EXAMPLE_KILL=
     "RANK:STEP" kills that rank with SIGKILL after STEP; SAKER_EXAMPLE_PREEMPT="STEP" has
     rank 0 send SIGUSR1 to saker-run (its parent under --local; "STEP:scancel": to the
     batch step, through scancel -b), which forwards it to every rank, as for a preemption."""
-    if os.environ.get("SAKER_RUN_ATTEMPT", "1") != "1" or os.path.exists(os.environ.get("SAKER_PREEMPT_MARKER", "")):
+    if (os.environ.get("SAKER_RUN_ATTEMPT", "1") != "1" or os.environ.get("SLURM_RESTART_COUNT", "0") != "0"
+            or os.path.exists(os.environ.get("SAKER_PREEMPT_MARKER", ""))):
         return
     spec = os.environ.get("SAKER_EXAMPLE_KILL")
     if spec:

@@ -258,7 +258,6 @@ def _create(store, rank, size, timeout):
 
 
 def register():
-    if "saker" not in dist.Backend.__members__ if hasattr(dist.Backend, "__members__") else True:
-        pass
+    """Make init_process_group("saker") create a SakerProcessGroup (once per process)."""
     if getattr(dist.Backend, "SAKER", None) is None:
         dist.Backend.register_backend("saker", _create)
