@@ -4,11 +4,13 @@
 # model over the saker backend vs Gloo, and a 64 MiB allreduce from Python vs the C++
 # benchmark (bench_allreduce, same size, same machine). The machine is shared: runs are
 # niced, interleaved for ROUNDS rounds, and the table shows median and min-max of the
-# rounds. Usage: bench/bench_torch.sh [ROUNDS]   (from the build tree; default 3 rounds)
+# rounds. Usage: bench/bench_torch.sh [ROUNDS]   (run in the build tree, or set
+# SAKER_BUILDDIR; default 3 rounds)
 set -euo pipefail
 rounds=${1:-3}
-build=$(cd "$(dirname "$0")/.." && pwd)
+build=${SAKER_BUILDDIR:-$PWD}
 src=${SAKER_SRCDIR:-$(cd "$(dirname "$(readlink -f "$0")")/.." && pwd)}
+[[ -x $build/launcher/saker-run/saker-run ]] || { echo "bench_torch: no saker-run under $build; run it in the build tree" >&2; exit 1; }
 export PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}" OMP_NUM_THREADS=1
 run="$build/launcher/saker-run/saker-run"
 out=$(mktemp); trap 'rm -f "$out"' EXIT
