@@ -1,7 +1,7 @@
 """One rank of bench/bench_torch (run under saker-run --local -n 2); rank 0 prints one
 result line: `result KEY VALUE_S`.
 
-  ddp BACKEND : DDP step time (forward+backward+SGD) of a ~25M-parameter MLP on CPU, and
+  ddp BACKEND [LABEL] : DDP step time (forward+backward+SGD) of a ~25M-parameter MLP on CPU, and
                 the allreduce time per step (the gradients in DDP's 25 MiB buckets,
                 allreduced over the same process group, outside training).
   fused       : a 64 MiB fp32 allreduce from Python, through saker.torch's fusion
@@ -39,7 +39,7 @@ def model_25m():
                                torch.nn.Linear(2048, 2048))
 
 
-def ddp(backend):
+def ddp(backend, label):
     dist.init_process_group(backend)
     model = model_25m()
     params = sum(p.numel() for p in model.parameters())
@@ -63,8 +63,8 @@ def ddp(backend):
     t_ar = median_time(allreduce_all, 7, sync=dist.barrier)
     if dist.get_rank() == 0:
         print(f"result params {params}")
-        print(f"result {backend}.step {t_step:.6f}")
-        print(f"result {backend}.allreduce {t_ar:.6f}", flush=True)
+        print(f"result {label}.step {t_step:.6f}")
+        print(f"result {label}.allreduce {t_ar:.6f}", flush=True)
 
 
 def fused():
@@ -80,6 +80,6 @@ def fused():
 
 
 if sys.argv[1] == "ddp":
-    ddp(sys.argv[2])
+    ddp(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else sys.argv[2])
 else:
     fused()

@@ -2,7 +2,8 @@
 # bench_torch.sh: saker.torch against its peers, measured side by side in this run (2 ranks,
 # saker-run --local, CPU): DDP step time and allreduce time per step of a ~25M-parameter
 # model over the saker backend vs Gloo, and a 64 MiB allreduce from Python vs the C++
-# benchmark (bench_allreduce, same size, same machine). The machine is shared: runs are
+# benchmark (bench_allreduce, same size, same machine). Saker also runs forced onto its
+# TCP ring (SAKER_COMM_TRANSPORT=ring), the transport it uses between nodes. The machine is shared: runs are
 # niced, interleaved for ROUNDS rounds, and the table shows median and min-max of the
 # rounds. Usage: bench/bench_torch.sh [ROUNDS]   (run in the build tree, or set
 # SAKER_BUILDDIR; default 3 rounds)
@@ -19,6 +20,9 @@ for ((i = 1; i <= rounds; i++)); do
   for b in saker gloo; do
     nice "$run" --local -n 2 -- /usr/bin/python3 "$src/bench/bench_torch.py" ddp $b | grep '^result' >> "$out"
   done
+  # Saker's TCP ring, as between nodes (Gloo always uses TCP on 127.0.0.1).
+  SAKER_COMM_TRANSPORT=ring nice "$run" --local -n 2 -- /usr/bin/python3 "$src/bench/bench_torch.py" ddp saker saker-tcp |
+    grep '^result' >> "$out"
   nice "$run" --local -n 2 -- /usr/bin/python3 "$src/bench/bench_torch.py" fused | grep '^result' >> "$out"
   # The C++ benchmark's 64 MiB allreduce (Saker, one node, np 2): its busbw equals algbw
   # at np=2, so the time is bytes / busbw.
@@ -41,6 +45,8 @@ s, g = show("saker.step", "DDP step, saker backend"), show("gloo.step", "DDP ste
 if s and g: print(f"{'  ratio saker/gloo (target <= 0.85)':44s} {s/g:9.2f}")
 s, g = show("saker.allreduce", "allreduce per step, saker backend"), show("gloo.allreduce", "allreduce per step, gloo backend")
 if s and g: print(f"{'  ratio saker/gloo (target <= 0.5)':44s} {s/g:9.2f}")
+t, ts = show("saker-tcp.allreduce", "allreduce per step, saker, TCP ring"), show("saker-tcp.step", "DDP step, saker, TCP ring")
+if t and g: print(f"{'  ratio saker TCP ring/gloo (target <= 0.8)':44s} {t/g:9.2f}")
 f, r, c = (show("python.fused64", "64 MiB allreduce, Python, fusion buffer"), show("python.raw64", "64 MiB allreduce, Python, one call"),
            show("cxx.raw64", "64 MiB allreduce, C++ bench_allreduce"))
 if f and c: print(f"{'  ratio Python fused / C++ (target <= 1.10)':44s} {f/c:9.2f}")
