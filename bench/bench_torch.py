@@ -1,0 +1,85 @@
+"""One rank of bench/bench_torch (run under saker-run --local -n 2); rank 0 prints one
+result line: `result KEY VALUE_S`.
+
+  ddp BACKEND [LABEL] : DDP step time (forward+backward+SGD) of a ~25M-parameter MLP on CPU, and
+                the allreduce time per step (the gradients in DDP's 25 MiB buckets,
+                allreduced over the same process group, outside training).
+  fused       : a 64 MiB fp32 allreduce from Python, through saker.torch's fusion
+                buffer (hvd.allreduce_) and through the raw binding (one call).
+"""
+
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+import saker.torch as hvd
+
+torch.set_num_threads(1)
+
+
+def median_time(fn, reps, warmup=2, sync=lambda: None):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        sync()
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def model_25m():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(2048, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 2048),
+                               torch.nn.ReLU(), torch.nn.Linear(2048, 2048), torch.nn.ReLU(),
+                               torch.nn.Linear(2048, 2048))
+
+
+def ddp(backend, label):
+    dist.init_process_group(backend)
+    model = model_25m()
+    params = sum(p.numel() for p in model.parameters())
+    net = torch.nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    x, y = torch.randn(16, 2048), torch.randn(16, 2048)
+
+    def step():
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(net(x), y).backward()
+        opt.step()
+
+    t_step = median_time(step, 7, sync=dist.barrier)
+    flat = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+    buckets = flat.split((25 << 20) // 4)
+
+    def allreduce_all():
+        for w in [dist.all_reduce(b, async_op=True) for b in buckets]:
+            w.wait()
+
+    t_ar = median_time(allreduce_all, 7, sync=dist.barrier)
+    if dist.get_rank() == 0:
+        print(f"result params {params}")
+        print(f"result {label}.step {t_step:.6f}")
+        print(f"result {label}.allreduce {t_ar:.6f}", flush=True)
+
+
+def fused():
+    hvd.init()
+    from saker.torch import runtime
+    t = torch.ones(16 << 20)  # 64 MiB of fp32
+    comm = runtime.comm()
+    t_fused = median_time(lambda: hvd.allreduce_(t, op=hvd.Sum, name="bench.64MiB"), 7, sync=hvd.barrier)
+    t_raw = median_time(lambda: comm.allreduce(t.data_ptr(), t.numel(), 0, 0), 7, sync=hvd.barrier)
+    if hvd.rank() == 0:
+        print(f"result python.fused64 {t_fused:.6f}")
+        print(f"result python.raw64 {t_raw:.6f}", flush=True)
+
+
+if sys.argv[1] == "ddp":
+    ddp(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else sys.argv[2])
+else:
+    fused()

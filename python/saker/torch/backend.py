@@ -1,0 +1,263 @@
+"""A `saker` backend for torch.distributed (CPU tensors), registered on import.
+
+    import saker.torch
+    torch.distributed.init_process_group("saker")
+    model = torch.nn.parallel.DistributedDataParallel(model)
+
+torch 1.13 lets Python subclass its ProcessGroup and Work (pybind11 trampolines), so the
+backend is Python over saker._comm: no libtorch build. Collectives run on libsaker_comm's
+background thread in submission order (the MPI contract torch.distributed already
+imposes); a completion thread resolves each Work's future when its bytes have arrived,
+so DDP's bucket allreduces overlap the backward pass as they do on Gloo.
+
+Rendezvous: under srun (PMI2 or a Slurm step) libsaker_comm's own bootstrap; elsewhere
+(saker-run --local, torchrun) rank 0 serves a Saker store and publishes its address in
+torch's store, so torch's and Saker's stores never compete for MASTER_PORT.
+"""
+
+import os
+import queue
+import socket
+import threading
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import ProcessGroup, Work
+
+from . import runtime
+from .collectives import _DTYPES
+
+_OPS = {dist.ReduceOp.SUM: 0, dist.ReduceOp.MIN: 1, dist.ReduceOp.MAX: 2}
+if hasattr(dist.ReduceOp, "AVG"):
+    _OPS[dist.ReduceOp.AVG] = 3
+
+
+def _op_code(op):
+    for k, v in _OPS.items():
+        if op == k:
+            return v
+    raise RuntimeError(f"the saker backend reduces with SUM, MIN, MAX and AVG, not {op}; "
+                       "use the gloo backend for PRODUCT and bitwise ops")
+
+
+def _dtype_code(t):
+    try:
+        return _DTYPES[t.dtype]
+    except KeyError:
+        raise RuntimeError(f"the saker backend reduces float32/float64/float16/bfloat16/int32/int64 tensors, "
+                           f"not {t.dtype}") from None
+
+
+def _check_cpu(tensors, what):
+    for t in tensors:
+        if t.device.type != "cpu":
+            raise RuntimeError(f"the saker backend's {what} takes CPU tensors, not {t.device}; use "
+                               "init_process_group('nccl') for GPU tensors")
+
+
+class _Work(Work):
+    """A pending collective: wait() blocks on the library's handle; the future completes
+    (from the completion thread) once the result is in the caller's tensors."""
+
+    def __init__(self, result):
+        super().__init__()
+        self._future = torch.futures.Future()
+        self._result = result
+        self._done = threading.Event()
+        self._error = None
+
+    def _complete(self, error=None):
+        self._error = error
+        self._done.set()
+        if error is None:
+            self._future.set_result(self._result)
+        else:
+            self._future.set_exception(error)
+
+    def wait(self, timeout=timedelta(0)):
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        return True
+
+    def is_completed(self):
+        return self._done.is_set()
+
+    def is_success(self):
+        return self._done.is_set() and self._error is None
+
+    def exception(self):
+        return self._error
+
+    def get_future(self):
+        return self._future
+
+    def result(self):
+        return self._result
+
+
+class _Completer:
+    """One thread per process group: waits each handle in submission order (the order the
+    library runs them) and finishes its Work."""
+
+    def __init__(self):
+        self._queue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="saker-pg-completion", daemon=True)
+        self._thread.start()
+
+    def submit(self, handle, work, after=None):
+        self._queue.put((handle, work, after))
+        return work
+
+    def _run(self):
+        while True:
+            handle, work, after = self._queue.get()
+            try:
+                if handle is not None:
+                    handle.wait()
+                if after is not None:
+                    after()
+                work._complete()
+            except Exception as e:  # the Work carries it to whoever waits
+                work._complete(RuntimeError(str(e)))
+
+
+class SakerProcessGroup(ProcessGroup):
+    """torch.distributed's ProcessGroup over a saker._comm.Communicator."""
+
+    def __init__(self, comm):
+        super().__init__(comm.rank(), comm.size())
+        self._comm = comm
+        self._done = _Completer()
+
+    def getBackendName(self):
+        return "saker"
+
+    def name(self):
+        return "saker"
+
+    def _flat(self, tensors, what):
+        _check_cpu(tensors, what)
+        if len(tensors) != 1:
+            raise RuntimeError(f"the saker backend's {what} takes one tensor per rank (got {len(tensors)})")
+        t = tensors[0]
+        return t, (t if t.is_contiguous() else t.contiguous())
+
+    def allreduce(self, tensors, opts=None):
+        t, buf = self._flat(tensors, "allreduce")
+        op = _op_code(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        h = self._comm.allreduce_async(buf.data_ptr(), buf.numel(), _dtype_code(buf), op)
+        return self._done.submit(h, _Work(tensors), None if buf is t else (lambda: t.copy_(buf)))
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        _check_cpu(tensors, "allreduce_coalesced")
+        flat = torch.cat([t.reshape(-1) for t in tensors])
+        op = _op_code(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        h = self._comm.allreduce_async(flat.data_ptr(), flat.numel(), _dtype_code(flat), op)
+
+        def scatter_back():
+            offset = 0
+            for t in tensors:
+                t.copy_(flat[offset: offset + t.numel()].view_as(t))
+                offset += t.numel()
+        return self._done.submit(h, _Work(tensors), scatter_back)
+
+    def broadcast(self, tensors, opts=None):
+        t, buf = self._flat(tensors, "broadcast")
+        root = opts.rootRank if opts is not None else 0
+        h = self._comm.broadcast_async(buf.data_ptr(), buf.numel() * buf.element_size(), root)
+        return self._done.submit(h, _Work(tensors), None if buf is t else (lambda: t.copy_(buf)))
+
+    def allgather(self, output_tensors, input_tensors, opts=None):
+        t, buf = self._flat(input_tensors, "allgather")
+        outs = output_tensors[0]
+        if len(output_tensors) != 1 or len(outs) != self.size():
+            raise RuntimeError(f"the saker backend's allgather needs one list of {self.size()} output tensors")
+        for o in outs:
+            if o.numel() != buf.numel() or o.dtype != buf.dtype:
+                raise RuntimeError("allgather: every output tensor must match the input's size and dtype")
+        recv = torch.empty((self.size(),) + tuple(buf.shape), dtype=buf.dtype)
+        h = self._comm.allgather_async(buf.data_ptr(), recv.data_ptr(), buf.numel() * buf.element_size())
+
+        def scatter_back():
+            for r, o in enumerate(outs):
+                o.copy_(recv[r].view_as(o))
+        return self._done.submit(h, _Work(output_tensors), scatter_back)
+
+    def _allgather_base(self, output, input, opts=None):
+        _check_cpu([output, input], "all_gather_into_tensor")
+        if output.numel() != input.numel() * self.size() or not output.is_contiguous():
+            raise RuntimeError("all_gather_into_tensor: the output must be contiguous and world_size times "
+                               "the input's size")
+        src = input.contiguous()
+        h = self._comm.allgather_async(src.data_ptr(), output.data_ptr(), src.numel() * src.element_size())
+        return self._done.submit(h, _Work([output]), lambda: src)  # keeps src alive until done
+
+    def reduce_scatter(self, output_tensors, input_tensors, opts=None):
+        # An allreduce of the whole list, then this rank keeps its slice: the same result,
+        # twice the bytes of a real reduce-scatter.
+        _check_cpu(output_tensors + input_tensors[0], "reduce_scatter")
+        ins = input_tensors[0]
+        flat = torch.cat([t.reshape(-1) for t in ins])
+        op = _op_code(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        h = self._comm.allreduce_async(flat.data_ptr(), flat.numel(), _dtype_code(flat), op)
+        offset = sum(t.numel() for t in ins[: self.rank()])
+        out = output_tensors[0]
+        return self._done.submit(h, _Work(output_tensors),
+                                 lambda: out.copy_(flat[offset: offset + out.numel()].view_as(out)))
+
+    def barrier(self, opts=None):
+        return self._done.submit(self._comm.barrier_async(), _Work(None))
+
+
+def _bootstrap_over(store, rank, size, timeout):
+    """A Communicator whose rendezvous is a Saker store that rank 0 serves; its address
+    travels through torch's store (which has already been set up by the launcher)."""
+    from saker import _comm as ext
+    key = "saker/store"
+    server = None
+    if rank == 0:
+        server = ext.TcpStoreServer(0)
+        host = os.environ.get("SAKER_COMM_ADDR") or os.environ.get("MASTER_ADDR") or socket.gethostname()
+        store.set(key, f"{host}:{server.port()}")
+    addr = store.get(key).decode()
+    host, port = addr.rsplit(":", 1)
+    comm = ext.Communicator.over_tcp_store(host, int(port), rank, size, runtime.node_identity(),
+                                           socket.gethostname(), timeout.total_seconds())
+    return comm, server
+
+
+def _slurm_bootstrap():
+    """libsaker_comm bootstraps itself here (PMI2, or a Slurm step's own store)."""
+    env = os.environ
+    return bool(env.get("PMI_FD")) or (bool(env.get("SLURM_PROCID")) and bool(env.get("SLURM_STEP_ID"))
+                                       and not env.get("SAKER_STORE"))
+
+
+_servers = []  # Saker stores served by this process (rank 0), alive as long as it runs
+
+
+def _create(store, rank, size, timeout):
+    if runtime.is_initialized():
+        comm = runtime.comm()
+    elif _slurm_bootstrap():
+        from saker import _comm as ext
+        comm = ext.Communicator.from_environment(timeout.total_seconds())
+    else:
+        comm, server = _bootstrap_over(store, rank, size, timeout)
+        if server is not None:
+            _servers.append(server)
+    if comm.rank() != rank or comm.size() != size:
+        raise RuntimeError(f"saker backend: torch.distributed says rank {rank} of {size}, but Saker's bootstrap "
+                           f"says rank {comm.rank()} of {comm.size()}; launch with saker-run (or let both read "
+                           "the same RANK/WORLD_SIZE)")
+    if not runtime.is_initialized():
+        runtime.adopt(comm)  # hvd-style calls in the same script share the communicator
+    return SakerProcessGroup(comm)
+
+
+def register():
+    """Make init_process_group("saker") create a SakerProcessGroup (once per process)."""
+    if getattr(dist.Backend, "SAKER", None) is None:
+        dist.Backend.register_backend("saker", _create)

@@ -1,0 +1,185 @@
+"""Checkpoints from Python over libsaker_ckpt (saker-ckpt(5)): the guarantees saker-train has.
+
+    from saker.torch import checkpoint
+    state = checkpoint.load_latest(dir, model=model, optimizer=optimizer)   # None: start fresh
+    start = state["step"] if state else 0
+    for step in range(start, steps):
+        ...
+        checkpoint.exit_if_preempted(dir, model=model, optimizer=optimizer, step=step + 1)
+        if (step + 1) % 100 == 0:
+            checkpoint.save(dir, model=model, optimizer=optimizer, step=step + 1)
+
+Every rank calls save/load_latest (they are collective when the job has several ranks).
+Checkpoints are atomic (a crash leaves the previous one), checksummed and verified on
+load (a damaged newest checkpoint is reported and the previous one used), encrypted with
+key_file (default $SAKER_CKPT_KEY), and refused before anything is written when the site
+policy (policy, default $SAKER_POLICY) forbids the directory for the lineage. Each model
+parameter and optimizer tensor is its own named HDF5 dataset ("model:conv1.weight",
+"optim:0:momentum_buffer"), so h5py and saker-ckpt show the model's structure; the
+rest (hyper-parameters, scalars, extra) travels pickled in the checkpoint's config.
+"""
+
+import base64
+import json
+import os
+import pickle
+import signal
+import sys
+
+import torch
+
+from . import runtime
+
+_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float64: "float64",
+           torch.int8: "int8", torch.int16: "int16", torch.int32: "int32", torch.int64: "int64",
+           torch.uint8: "uint8", torch.bool: "bool"}
+_TORCH = {v: k for k, v in _DTYPES.items()}
+_FORMAT = "saker.torch/1"
+_checkpointers = {}  # directory -> saker._ckpt.Checkpointer (one per directory and process)
+
+
+def _where():
+    if runtime.is_initialized():
+        return runtime.rank(), runtime.size()
+    return 0, 1
+
+
+def _barrier(ok):
+    """Every rank's shard outcome: True only when all ranks wrote theirs."""
+    failed = torch.tensor([0.0 if ok else 1.0])
+    runtime.comm().allreduce(failed.data_ptr(), 1, 0, 0)
+    return float(failed) == 0.0
+
+
+def _checkpointer(directory, keep_last, key_file, policy, lineage):
+    key = os.path.abspath(directory)
+    if key not in _checkpointers:
+        from saker import _ckpt
+        rank, size = _where()
+        _checkpointers[key] = _ckpt.Checkpointer(
+            key, rank, size, keep_last=keep_last,
+            key_file=key_file if key_file is not None else os.environ.get("SAKER_CKPT_KEY", ""),
+            policy_file=policy if policy is not None else os.environ.get("SAKER_POLICY", ""),
+            lineage=lineage or "", barrier=_barrier if size > 1 else None)
+    return _checkpointers[key]
+
+
+def _flatten(model, optimizer, extra):
+    """(named host tensors, picklable rest)."""
+    tensors, meta = [], {"extra": extra}
+    if model is not None:
+        for name, t in model.state_dict().items():
+            tensors.append(("model:" + name, t))
+        meta["model_keys"] = list(model.state_dict().keys())
+    if optimizer is not None:
+        sd = optimizer.state_dict()
+        rest = {}
+        for idx, st in sd["state"].items():
+            rest[idx] = {}
+            for k, v in st.items():
+                if torch.is_tensor(v):
+                    tensors.append((f"optim:{idx}:{k}", v))
+                    rest[idx][k] = None
+                else:
+                    rest[idx][k] = v
+        meta["optimizer"] = {"param_groups": sd["param_groups"], "state": rest}
+    host = []
+    for name, t in tensors:
+        if t.dtype not in _DTYPES:
+            raise TypeError(f"checkpoint: tensor '{name}' has dtype {t.dtype}, which saker-ckpt(5) cannot store")
+        host.append((name, t.detach().to("cpu").contiguous()))
+    return host, meta
+
+
+def _args(host):
+    return [(n, _DTYPES[t.dtype], list(t.shape), t.data_ptr(), t.numel() * t.element_size(), False) for n, t in host]
+
+
+def _config(meta):
+    return json.dumps({"format": _FORMAT, "meta": base64.b64encode(pickle.dumps(meta)).decode()})
+
+
+def save(directory, model=None, optimizer=None, step=0, extra=None, epoch=0, keep_last=3, key_file=None,
+         policy=None, lineage=None):
+    """Write step's checkpoint (collective); returns the library's report (file, bytes,
+    write_s, committed on rank 0)."""
+    host, meta = _flatten(model, optimizer, extra)
+    ck = _checkpointer(directory, keep_last, key_file, policy, lineage)
+    return ck.save(step, epoch, _config(meta), _args(host))
+
+
+def save_async(directory, model=None, optimizer=None, step=0, extra=None, epoch=0, keep_last=3, key_file=None,
+               policy=None, lineage=None):
+    """Snapshot now and write in the background (at most one save in flight; the next save
+    waits for it). Returns a handle: wait() gives the report, done() polls."""
+    host, meta = _flatten(model, optimizer, extra)
+    ck = _checkpointer(directory, keep_last, key_file, policy, lineage)
+    return ck.save_async(step, epoch, _config(meta), _args(host))
+
+
+def load_latest(directory, model=None, optimizer=None, key_file=None, policy=None, lineage=None):
+    """Restore the newest checkpoint that verifies into model/optimizer; returns
+    {"step", "epoch", "extra", "file"} or None when the directory holds none."""
+    ck = _checkpointer(directory, 3, key_file, policy, lineage)
+    r = ck.load_latest()
+    if r is None:
+        return None
+    for why in r["rejected"]:
+        print(f"saker.torch.checkpoint: skipped {why}", file=sys.stderr, flush=True)
+    try:
+        config = json.loads(r["config"])
+        if config.get("format") != _FORMAT:
+            raise ValueError(config.get("format"))
+    except ValueError:
+        raise ValueError(f"{r['file']} is a Saker checkpoint but not one saker.torch wrote (saker-train's?); "
+                         "load it with saker-train or start from an empty --ckpt-dir") from None
+    meta = pickle.loads(base64.b64decode(config["meta"]))
+    tensors = {}
+    for name, (dtype, shape, data) in r["tensors"].items():
+        t = torch.frombuffer(bytearray(data), dtype=_TORCH[dtype]) if data else torch.empty(0, dtype=_TORCH[dtype])
+        tensors[name] = t.reshape(shape)
+    if model is not None:
+        model.load_state_dict({k: tensors["model:" + k] for k in meta["model_keys"]})
+    if optimizer is not None and "optimizer" in meta:
+        state = {}
+        for idx, st in meta["optimizer"]["state"].items():
+            state[idx] = {k: (tensors[f"optim:{idx}:{k}"] if v is None else v) for k, v in st.items()}
+        optimizer.load_state_dict({"state": state, "param_groups": meta["optimizer"]["param_groups"]})
+    return {"step": r["step"], "epoch": r["epoch"], "extra": meta.get("extra"), "file": r["file"]}
+
+
+# ---------------------------------------------------------------- preemption
+_signalled = False
+
+
+def _on_signal(signum, frame):
+    global _signalled
+    _signalled = True
+
+
+def install_preemption_handler(signals=(signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGINT)):
+    """Note the signals saker-run forwards (sbatch --signal, scancel, preemption) instead of
+    dying; exit_if_preempted() acts on them at the next step boundary."""
+    for s in signals:
+        signal.signal(s, _on_signal)
+
+
+def exit_if_preempted(directory, model=None, optimizer=None, step=0, extra=None, **options):
+    """Call at every step boundary on every rank (collective). When any rank received a
+    preemption signal, all ranks write an emergency checkpoint of step, rank 0 creates
+    $SAKER_PREEMPT_MARKER, and the process exits 75 so that saker-run requeues the job."""
+    flag = torch.tensor([1.0 if _signalled else 0.0])
+    if runtime.is_initialized() and runtime.size() > 1:
+        runtime.comm().allreduce(flag.data_ptr(), 1, 0, 2)  # max over ranks: all agree on the step
+    if float(flag) == 0.0:
+        return
+    save(directory, model=model, optimizer=optimizer, step=step, extra=extra, **options)
+    rank, _ = _where()
+    if rank == 0:
+        print(f"saker.torch.checkpoint: preempted: emergency checkpoint of step {step} committed; exiting for "
+              "requeue", flush=True)
+        marker = os.environ.get("SAKER_PREEMPT_MARKER")
+        if marker:
+            with open(marker, "w") as f:
+                f.write(f"{step}\n")
+    sys.exit(75)
