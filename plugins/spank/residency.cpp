@@ -1,7 +1,6 @@
 #include "plugins/spank/residency.hpp"
 
 #include <algorithm>
-#include <cstring>
 
 namespace saker::spank {
 
@@ -39,16 +38,6 @@ ResidencyVerdict check_residency(const std::string& policy_path, const std::stri
 void merge_datasets(std::vector<policy::DatasetRef>& into, const std::vector<policy::DatasetRef>& more) {
   for (const auto& d : more)
     if (std::find(into.begin(), into.end(), d) == into.end()) into.push_back(d);
-}
-
-std::vector<policy::DatasetRef> datasets_from_comment(const char* comment) {
-  if (comment == nullptr) return {};
-  const char* marker = "saker-datasets=";
-  const char* at = std::strstr(comment, marker);
-  if (at == nullptr) return {};
-  std::string list = at + std::strlen(marker);
-  list = list.substr(0, list.find(' '));
-  return policy::parse_dataset_list(list);
 }
 
 }  // namespace saker::spank

@@ -30,7 +30,4 @@ ResidencyVerdict check_residency(const std::string& policy_path, const std::stri
 // source can only add datasets, so a forged source can only make the check stricter.
 void merge_datasets(std::vector<policy::DatasetRef>& into, const std::vector<policy::DatasetRef>& more);
 
-// The datasets recorded by job_submit_saker.so in a job's comment ("saker-datasets=...").
-std::vector<policy::DatasetRef> datasets_from_comment(const char* comment);
-
 }  // namespace saker::spank

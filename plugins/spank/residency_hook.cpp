@@ -16,6 +16,7 @@
 #include <cstdlib>
 
 #include "common/log.hpp"
+#include "plugins/common/dataset_marker.hpp"
 #include "plugins/spank/residency.hpp"
 
 extern "C" {
@@ -28,18 +29,25 @@ namespace {
 
 ResidencyVerdict g_verdict;
 
-std::vector<policy::DatasetRef> from_job_record(spank_t sp) {
+// The marker job_submit_saker.so keeps in the job's admin_comment (every record the
+// load returns: a het job's components bind each other). Fails closed: a marker that
+// does not parse is an error, never "no datasets".
+bool from_job_record(spank_t sp, std::vector<policy::DatasetRef>& out, std::string& problem) {
   uint32_t job_id = 0;
-  if (spank_get_item(sp, S_JOB_ID, &job_id) != ESPANK_SUCCESS || job_id == 0) return {};
+  if (spank_get_item(sp, S_JOB_ID, &job_id) != ESPANK_SUCCESS || job_id == 0) return true;
   job_info_msg_t* msg = nullptr;
-  if (slurm_load_job(&msg, job_id, SHOW_ALL) != SLURM_SUCCESS || msg == nullptr) return {};
-  std::vector<policy::DatasetRef> out;
-  try {
-    if (msg->record_count > 0) out = datasets_from_comment(msg->job_array[0].comment);
-  } catch (const std::exception&) {
+  if (slurm_load_job(&msg, job_id, SHOW_ALL | SHOW_LOCAL) != SLURM_SUCCESS || msg == nullptr) return true;
+  bool ok = true;
+  for (std::uint32_t i = 0; i < msg->record_count && ok; ++i) {
+    const plugins::MarkerRead r = plugins::read_marker(msg->job_array[i].admin_comment);
+    if (r.state == plugins::MarkerRead::State::malformed) {
+      problem = "job " + std::to_string(msg->job_array[i].job_id) + ": " + r.problem;
+      ok = false;
+    }
+    merge_datasets(out, r.datasets);
   }
   slurm_free_job_info_msg(msg);
-  return out;
+  return ok;
 }
 
 }  // namespace
@@ -55,7 +63,11 @@ void residency_prepare(spank_t sp, const std::string& policy_path, const std::ve
       return;
     }
   }
-  merge_datasets(datasets, from_job_record(sp));
+  std::string problem;
+  if (!from_job_record(sp, datasets, problem)) {
+    g_verdict = {true, "the datasets slurmctld recorded for this job cannot be read (" + problem + ")"};
+    return;
+  }
   const char* node = std::getenv("SLURMD_NODENAME");
   g_verdict = check_residency(policy_path, node != nullptr ? node : "", datasets);
   if (!g_verdict.message.empty())
