@@ -112,7 +112,7 @@ int modify(job_desc_msg_t* job, uint32_t uid, char** err_msg) {
   Update u;
   u.ref_text = update_ref(*job);
   u.request.uid = uid;
-  u.request.user = identity_of(uid).user;
+  u.request.user = saker::plugins::identity_of(uid).user;
   if (job->partition != nullptr) u.request.partition = job->partition;
   if (job->features != nullptr) u.request.features = job->features;
   u.partition_given = job->partition != nullptr;

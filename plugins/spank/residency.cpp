@@ -4,8 +4,31 @@
 
 namespace saker::spank {
 
+ResidencyVerdict check_residency(const policy::Policy& p, const std::string& node_name,
+                                 const std::vector<policy::DatasetRef>& datasets, const LaunchIdentity& who) {
+  ResidencyVerdict v;
+  if (datasets.empty()) return v;
+  const policy::Verdict zone = p.check_launch(node_name, datasets);
+  if (!zone.allowed) return {true, zone.message};
+  // Grants: judged as a submission of these datasets by this user and account, placed
+  // anywhere (no partition): a denial here can only come from access (or an unknown
+  // dataset), since residency is already settled for this node above.
+  policy::JobRequest q;
+  q.uid = who.uid;
+  q.user = who.user;
+  q.groups = who.groups;
+  q.account = who.account;
+  q.datasets = datasets;
+  const policy::Decision d = p.evaluate(q);
+  if (d.kind == policy::DecisionKind::deny) return {true, d.message() + " (user " + who.user + ", account " +
+                                                              (who.account.empty() ? "none" : who.account) + ")"};
+  v.message = zone.message;
+  for (const auto& note : d.would_deny) v.message += (v.message.empty() ? "" : "; ") + note;
+  return v;
+}
+
 ResidencyVerdict check_residency(const std::string& policy_path, const std::string& node_name,
-                                 const std::vector<policy::DatasetRef>& datasets) {
+                                 const std::vector<policy::DatasetRef>& datasets, const LaunchIdentity& who) {
   ResidencyVerdict v;
   if (datasets.empty()) return v;
   const std::string list = policy::format_dataset_list(datasets);
@@ -29,10 +52,7 @@ ResidencyVerdict check_residency(const std::string& policy_path, const std::stri
                 "), so the residency of " + list + " cannot be checked";
     return v;
   }
-  const policy::Verdict verdict = p->check_launch(node_name, datasets);
-  v.refuse = !verdict.allowed;
-  v.message = verdict.message;
-  return v;
+  return check_residency(*p, node_name, datasets, who);
 }
 
 void merge_datasets(std::vector<policy::DatasetRef>& into, const std::vector<policy::DatasetRef>& more) {
