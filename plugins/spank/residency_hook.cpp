@@ -91,7 +91,8 @@ void residency_prepare(spank_t sp, const Config& config, const std::vector<polic
   spank_get_item(sp, S_JOB_STEPID, &f.step_id);
   std::vector<policy::DatasetRef> declared = option_value;
   char value[4096];
-  if (spank_getenv(sp, "SLURM_SPANK_SAKER_DATASETS", value, sizeof value) == ESPANK_SUCCESS) {
+  // Empty: the step declares nothing of its own (it cannot remove the job's datasets).
+  if (spank_getenv(sp, "SLURM_SPANK_SAKER_DATASETS", value, sizeof value) == ESPANK_SUCCESS && value[0] != '\0') {
     try {
       merge_datasets(declared, policy::parse_dataset_list(value));
     } catch (const std::exception& e) {
