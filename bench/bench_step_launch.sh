@@ -9,6 +9,7 @@
 # (slurmstepd reads it per step, so no restart is needed). Each round compares a turn
 # with the plugin with the two turns without it around it; the median and the spread of
 # the per-round ratios are printed, with slurmctld's RPCs per step on each side (sdiag).
+# A third side runs the plugin with gpu-affinity=none: the residency check's own cost.
 #
 # Env: SAKER_BENCH_NODES (default 32), SAKER_BENCH_STEPS (steps per turn, default 5),
 # SAKER_BENCH_ROUNDS (turns with the plugin, default 6).
@@ -63,6 +64,8 @@ export SLURM_CONF=$prefix/etc/slurm.conf
 plugstack=$prefix/etc/plugstack.conf
 cp "$plugstack" "$scratch/plugstack.with"
 echo "# empty: the side without spank_saker.so" >"$scratch/plugstack.without"
+# The residency check alone: the same plugin with its affinity planning off.
+sed '/spank_saker.so/ s/$/ gpu-affinity=none/' "$plugstack" >"$scratch/plugstack.residency"
 
 job=$(sbatch --parsable -N "$NODES" -A bench --dataset=records -o /dev/null --wrap 'sleep 3600')
 for _ in $(seq 1 150); do
@@ -78,7 +81,7 @@ rpc_total() { sdiag | awk '/Remote Procedure Call statistics by message type/ { 
 turn() {
   local side=$1 start end i extra=()
   cp "$scratch/plugstack.$side" "$plugstack"
-  [[ $side == with ]] && extra=(--dataset=records)
+  [[ $side != without ]] && extra=(--dataset=records)
   srun --jobid="$job" --overlap -N "$NODES" -n "$NODES" "${extra[@]}" true  # untimed: warm
   sdiag -r >/dev/null
   start=$(date +%s%N)
@@ -98,21 +101,31 @@ if srun --jobid="$job" --overlap -N "$NODES" -n "$NODES" --dataset=records,other
 fi
 
 echo "step launch on $NODES nodes (slurmd processes on $(nproc) cores), $STEPS steps per turn, $ROUNDS rounds"
+ratio() { awk -v w="$1" -v a="$2" -v b="$3" 'BEGIN { printf "%.3f", w / ((a + b) / 2) }'; }
+summary() {  # summary LABEL RATIOS...
+  local label=$1 sorted median
+  shift
+  sorted=$(printf '%s\n' "$@" | sort -n)
+  median=$(awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }' <<<"$sorted")
+  printf 'ratio %s/without (median of %d rounds): %s (min %s, max %s; target <= 1.05)\n' \
+    "$label" "$#" "$median" "$(head -n1 <<<"$sorted")" "$(tail -n1 <<<"$sorted")"
+}
 prev=$(turn without)
-ratios=()
+whole=() residency=()
 for ((r = 1; r <= ROUNDS; r++)); do
   w=$(turn with)
+  mid=$(turn without)
+  c=$(turn residency)
   next=$(turn without)
-  ratio=$(awk -v w="$w" -v a="$prev" -v b="$next" 'BEGIN { printf "%.3f", w / ((a + b) / 2) }')
-  ratios+=("$ratio")
-  printf '  round %d: without %d ms, with %d ms, without %d ms: ratio %s\n' "$r" "$prev" "$w" "$next" "$ratio"
+  whole+=("$(ratio "$w" "$prev" "$mid")")
+  residency+=("$(ratio "$c" "$mid" "$next")")
+  printf '  round %d: without %d, whole plugin %d, without %d, residency check only %d, without %d ms: ratios %s %s\n' \
+    "$r" "$prev" "$w" "$mid" "$c" "$next" "${whole[-1]}" "${residency[-1]}"
   prev=$next
 done
-sorted=$(printf '%s\n' "${ratios[@]}" | sort -n)
-median=$(awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }' <<<"$sorted")
-printf 'ratio with/without (median of %d rounds): %s (min %s, max %s; target <= 1.05)\n' \
-  "$ROUNDS" "$median" "$(head -n1 <<<"$sorted")" "$(tail -n1 <<<"$sorted")"
+summary "whole plugin (residency + affinity)" "${whole[@]}"
+summary "residency check only (gpu-affinity=none)" "${residency[@]}"
 per_step() { awk '{ r += $1; s += $2 } END { printf "%.1f", r / s }' "$scratch/rpcs.$1"; }
-awk -v a="$(per_step with)" -v b="$(per_step without)" -v n="$NODES" \
-  'BEGIN { printf "slurmctld RPCs per step (sdiag): with %.1f, without %.1f (%d nodes; extra per node: %.3f)\n", a, b, n, (a - b) / n }'
+awk -v a="$(per_step with)" -v c="$(per_step residency)" -v b="$(per_step without)" -v n="$NODES" \
+  'BEGIN { printf "slurmctld RPCs per step (sdiag): with %.1f, residency only %.1f, without %.1f (%d nodes; extra per node: %.3f)\n", a, c, b, n, (a - b) / n }'
 scancel "$job"

@@ -34,7 +34,10 @@ std::string format_node_record(const NodeRecord& r) {
       << "user=" << one_line(r.user) << "\n"
       << "account=" << one_line(r.account) << "\n"
       << "datasets=" << policy::format_dataset_list(r.datasets) << "\n"
-      << "problem=" << one_line(r.problem) << "\n";
+      << "problem=" << one_line(r.problem) << "\n"
+      << "verdict=" << one_line(r.verdict) << "\n"
+      << "verdict_message=" << one_line(r.verdict_message) << "\n"
+      << "policy_id=" << one_line(r.policy_id) << "\n";
   return out.str();
 }
 
@@ -56,10 +59,20 @@ NodeRecord parse_node_record(const std::string& text) {
     else if (key == "account") r.account = value;
     else if (key == "datasets") r.datasets = value.empty() ? std::vector<policy::DatasetRef>{} : policy::parse_dataset_list(value);
     else if (key == "problem") r.problem = value;
+    else if (key == "verdict") r.verdict = value;
+    else if (key == "verdict_message") r.verdict_message = value;
+    else if (key == "policy_id") r.policy_id = value;
     else throw Error("node record: unknown key '" + key + "'");
   }
-  if (seen != 6) throw Error("node record: " + std::to_string(seen) + " fields, expected 6 (a truncated file?)");
+  if (seen != 9) throw Error("node record: " + std::to_string(seen) + " fields, expected 9 (a truncated file?)");
   return r;
+}
+
+std::string policy_file_id(const std::string& path) {
+  struct stat st {};
+  if (path.empty() || ::stat(path.c_str(), &st) != 0) return "";
+  return std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + ":" +
+         std::to_string(st.st_size) + ":" + std::to_string(st.st_ino);
 }
 
 std::string node_record_path(const std::string& dir, const std::string& node, std::uint32_t job_id) {

@@ -26,7 +26,16 @@ struct NodeRecord {
   std::string account;
   std::vector<policy::DatasetRef> datasets;
   std::string problem;  // non-empty: the job's dataset list was malformed; refuse its tasks
+  // The launch check of `datasets` done once by the prolog, valid while the policy file
+  // is the same (policy_id: its mtime, size and inode): steps that declare nothing more
+  // then cost a stat() and this file's read instead of a policy load each.
+  std::string verdict;          // "" (not checked), "allow" or "deny"
+  std::string verdict_message;  // the refusal or the audit-mode note
+  std::string policy_id;
 };
+
+// The identity of a policy file for the cache above ("" when it cannot be stat()ed).
+std::string policy_file_id(const std::string& path);
 
 std::string format_node_record(const NodeRecord& r);
 // Throws saker::Error on a record that does not parse (a launch then refuses).

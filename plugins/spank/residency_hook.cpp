@@ -62,7 +62,15 @@ int residency_record_job(const Config& config) {
   if (node == nullptr || id == nullptr) return 0;
   const auto job_id = static_cast<std::uint32_t>(std::strtoul(id, nullptr, 10));
   try {
-    const NodeRecord r = node_record_from_env(job_id, [](const char* k) { return std::getenv(k); });
+    NodeRecord r = node_record_from_env(job_id, [](const char* k) { return std::getenv(k); });
+    if (r.problem.empty() && !r.datasets.empty() && !config.policy_path.empty()) {
+      // Once per job per node: the check every step that declares nothing more reuses.
+      r.policy_id = policy_file_id(config.policy_path);
+      const LaunchIdentity who{r.uid, r.user, plugins::identity_of(r.uid).groups, r.account};
+      const ResidencyVerdict v = check_residency(config.policy_path, node, r.datasets, who);
+      r.verdict = v.refuse ? "deny" : "allow";
+      r.verdict_message = v.message;
+    }
     write_node_record(node_record_path(config.state_dir, node, job_id), r);
   } catch (const std::exception& e) {
     // Its tasks will find no record and be refused if they declare datasets.
@@ -126,8 +134,14 @@ void residency_prepare(spank_t sp, const Config& config, const std::vector<polic
     return;
   }
   if (f.all.empty()) return;
-  LaunchIdentity who{f.record->uid, f.record->user, plugins::identity_of(f.record->uid).groups, f.record->account};
-  g_verdict = check_residency(config.policy_path, f.node, f.all, who);
+  if (f.step_datasets.empty() && !f.record->verdict.empty() && !f.record->policy_id.empty() &&
+      f.record->policy_id == policy_file_id(config.policy_path)) {
+    g_verdict = {f.record->verdict == "deny", f.record->verdict_message};
+  } else {
+    const LaunchIdentity who{f.record->uid, f.record->user, plugins::identity_of(f.record->uid).groups,
+                             f.record->account};
+    g_verdict = check_residency(config.policy_path, f.node, f.all, who);
+  }
   if (g_verdict.refuse || !f.step_datasets.empty())
     audit(config, f, g_verdict.refuse ? "deny" : "allow", g_verdict.message);
   if (!g_verdict.message.empty())

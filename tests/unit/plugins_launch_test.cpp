@@ -120,3 +120,16 @@ TEST_CASE("the launch audit log is a chain several processes can append to", "[s
   CHECK(result.ok());
   CHECK(result.records == 2);
 }
+
+TEST_CASE("a node record keeps the prolog's verdict and the policy's identity", "[spank][node_record]") {
+  NodeRecord r;
+  r.verdict = "deny";
+  r.verdict_message = "no grant";
+  r.policy_id = policy_file_id(std::string(SAKER_TEST_DATA) + "/policy/two_zones.yaml");
+  CHECK_FALSE(r.policy_id.empty());
+  CHECK(policy_file_id("/nonexistent") == "");
+  const NodeRecord back = parse_node_record(format_node_record(r));
+  CHECK(back.verdict == "deny");
+  CHECK(back.verdict_message == "no grant");
+  CHECK(back.policy_id == r.policy_id);
+}
