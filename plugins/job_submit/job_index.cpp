@@ -64,6 +64,7 @@ JobFacts JobIndex::lookup(const plugins::JobRef& ref) const {
       facts.problem = "component " + ref.str() + " is not indexed yet";
     } else if (!expected_.empty() || ref.id > max_id_) {
       facts.problem = "job " + ref.str() + " is not indexed yet";
+      if (ref.id > max_id_) wanted_ = true;
     } else {
       facts.state = JobFacts::State::known;  // a job submitted without datasets, before the last sweep
     }
@@ -99,6 +100,7 @@ std::size_t JobIndex::expected() const {
 }
 
 bool JobIndex::due() const {
+  if (wanted_) return true;
   {
     const std::lock_guard<std::mutex> lock(mutex_);
     if (!loaded_once_ || !expected_.empty()) return true;
@@ -123,7 +125,7 @@ void JobIndex::sweep() {
     stale = !expected_.empty() && now - expected_.front() >= kExpectTimeout;
     loaded = loaded_once_;
   }
-  const bool resync = !last_full_ || now - *last_full_ >= kResyncEvery;
+  const bool resync = !last_full_ || now - *last_full_ >= kResyncEvery || wanted_.exchange(false);
   // Walking ids costs at least one single load per expected job.
   if (!loaded || stale || resync || dearer_than_full(expected) || !walk()) load_everything();
 }

@@ -29,6 +29,7 @@
 // a full load can race with a submission slurmctld has not created yet.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -101,7 +102,7 @@ class JobIndex {
   JobFacts lookup(const plugins::JobRef& ref) const;
 
   // Background side (one thread).
-  bool due() const;  // a sweep has something to do
+  bool due() const;  // a sweep has something to do (a lookup waiting for an id counts)
   void sweep();
 
   // For tests and logs.
@@ -127,6 +128,9 @@ class JobIndex {
   std::deque<Clock::time_point> expected_;
   bool loaded_once_ = false;
   std::uint32_t max_id_ = 0;  // the highest id seen (written by the sweeper, under mutex_)
+  // A lookup asked for an id above every id seen (a job submitted without datasets, or a
+  // split-off array task): the next sweep loads everything, so the answer comes soon.
+  mutable std::atomic<bool> wanted_{false};
 
   std::optional<Clock::time_point> last_full_;
   double full_us_ = 0;    // moving average of full loads; 0 = not measured yet

@@ -135,7 +135,11 @@ void Service::record(const policy::audit::Entry& entry) {
   nudge();
 }
 
-JobFacts Service::facts_of(const plugins::JobRef& ref) const { return index_->lookup(ref); }
+JobFacts Service::facts_of(const plugins::JobRef& ref) {
+  JobFacts facts = index_->lookup(ref);
+  if (facts.state == JobFacts::State::unknown) nudge();  // the index may have to load it now
+  return facts;
+}
 
 void Service::submitted_with_datasets() {
   index_->expect_job();

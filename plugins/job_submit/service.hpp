@@ -53,7 +53,7 @@ class Service {
   void record(const policy::audit::Entry& entry);
 
   // job_modify support: what the index knows of an existing job (see JobIndex::lookup).
-  JobFacts facts_of(const plugins::JobRef& ref) const;
+  JobFacts facts_of(const plugins::JobRef& ref);
   void submitted_with_datasets();
 
  private:

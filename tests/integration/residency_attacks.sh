@@ -148,6 +148,12 @@ assert_rc 0 "A29 a move inside the zone passes" -- as_user scontrol update jobid
 scontrol release "$held"
 ran_in_ae "A29 the moved job ran in the zone" "$held"
 
+# Availability: a job without datasets is not held hostage by the fail-closed index.
+free=$(submit --hold -p gpu-ae --wrap "$report")
+it_wait_for 10 "A30a a job without datasets can be moved to gpu-eu soon after submission" \
+  setpriv --reuid=65534 --regid=65534 --clear-groups scontrol update jobid="$free" partition=gpu-eu
+scancel "$free"
+
 # ============ name tricks ============
 refused_submit "A30 PATIENTS in capitals on gpu-eu" -A medical -p gpu-eu --dataset=PATIENTS
 refused_submit "A31 unknown version on gpu-eu" -A medical -p gpu-eu --dataset=patients@v9

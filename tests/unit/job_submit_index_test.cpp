@@ -273,3 +273,17 @@ TEST_CASE("a malformed marker is never 'no datasets'", "[job_submit][index]") {
   CHECK(facts.state == JobFacts::State::malformed);
   CHECK_FALSE(facts.problem.empty());
 }
+
+TEST_CASE("asking for an id above every id seen makes the index load it soon", "[job_submit][index]") {
+  Fixture f;
+  f.slurm.create(1);
+  f.index.sweep();
+  CHECK_FALSE(f.index.due());
+  f.slurm.create(2, false);  // submitted without datasets: nothing expected
+  CHECK_FALSE(f.known(2));   // not seen yet: unknown, and wanted
+  CHECK(f.index.due());
+  f.index.sweep();
+  CHECK(f.known(2));
+  CHECK(f.out.empty());
+  CHECK_FALSE(f.index.due());
+}
