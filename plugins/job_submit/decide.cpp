@@ -61,7 +61,8 @@ policy::audit::Entry Outcome::audit_entry() const {
   e.uid = request.uid;
   e.user = request.user;
   e.account = request.account;
-  if (const auto ref = plugins::parse_job_ref(job_ref)) e.job_id = ref->id;
+  e.job_id = job_ref;  // as the update named it ("123", "123+1", "123_4"); "" at submission
+  e.nodes = nodes;
   e.partition = request.partition;
   e.datasets = request.datasets;
   e.decision = decision ? &*decision : nullptr;
@@ -121,7 +122,7 @@ Outcome decide_submit(const PolicyView& view, const policy::JobRequest& q, const
 }
 
 Outcome decide_modify(const PolicyView& view, const Update& u) {
-  const bool placement = u.partition_given || u.features_given;
+  const bool placement = u.partition_given || u.features_given || u.account_given;
   const bool touches = placement || u.admin_comment.has_value();
   policy::JobRequest q = u.request;
   const auto ref = plugins::parse_job_ref(u.ref_text);
@@ -146,7 +147,9 @@ Outcome decide_modify(const PolicyView& view, const Update& u) {
   Outcome o;
   o.event = "modify";
   o.job_ref = id;
+  o.nodes = u.facts.nodes;
   q.datasets = u.facts.datasets;
+  if (!u.account_given) q.account = u.facts.account;
   if (u.admin_comment) o.set_admin_comment = plugins::with_marker(*u.admin_comment, q.datasets);
   if (!placement) {
     o.request = q;
@@ -156,7 +159,9 @@ Outcome decide_modify(const PolicyView& view, const Update& u) {
   // is judged in the job's current partition and may never move it.
   if (!u.partition_given) q.partition = u.facts.partition;
   if (!u.features_given) q.features = u.facts.features;
-  q.placement_only = true;
+  // An account change is judged like a submission (grants); otherwise only where the job
+  // may run: access was decided at submission.
+  q.placement_only = !u.account_given;
   o.request = q;
   o.audit = true;
   if (!view.policy)

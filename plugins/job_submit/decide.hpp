@@ -36,6 +36,7 @@ struct Outcome {
   // The audit record's content.
   std::string event;         // "submit" or "modify"
   std::string job_ref;       // "" at submission (no id yet), else as the update named it
+  std::string nodes;         // the job's nodes when known (a pending job has none: "")
   policy::JobRequest request;
   std::optional<policy::Decision> decision;
   std::string decision_text;  // when there is no policy decision: "deny" / "allow"
@@ -65,6 +66,7 @@ struct Update {
   policy::JobRequest request;               // uid, user, and the placement fields the update sets
   bool partition_given = false;
   bool features_given = false;
+  bool account_given = false;               // the update changes the account (grants are judged again)
   std::optional<std::string> admin_comment;  // set when the update changes admin_comment
   JobFacts facts;                           // what the index knows of the job
 };

@@ -91,6 +91,8 @@ JobFacts JobIndex::lookup(const plugins::JobRef& ref) const {
   facts.state = JobFacts::State::known;
   facts.partition = job->partition;
   facts.features = job->features;
+  facts.account = job->account;
+  facts.nodes = job->nodes;
   return facts;
 }
 

@@ -58,6 +58,8 @@ struct IndexedJob {
   std::uint32_t het_job_offset = 0;
   std::string partition;
   std::string features;
+  std::string account;
+  std::string nodes;  // hostlist; "" while pending
 };
 
 // What the index can say about one job.
@@ -67,6 +69,8 @@ struct JobFacts {
   std::vector<policy::DatasetRef> datasets;  // known: what it (or its het job) declared
   std::string partition;                     // known: its partition at the last sweep
   std::string features;                      // known: its constraint expression then
+  std::string account;                       // known: its account then
+  std::string nodes;                         // known: its nodes then ("" while pending)
   std::string problem;                       // unknown / malformed: why, for the user and the log
 };
 

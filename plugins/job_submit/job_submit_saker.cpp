@@ -117,6 +117,8 @@ int modify(job_desc_msg_t* job, uint32_t uid, char** err_msg) {
   if (job->features != nullptr) u.request.features = job->features;
   u.partition_given = job->partition != nullptr;
   u.features_given = job->features != nullptr;
+  u.account_given = job->account != nullptr;
+  if (job->account != nullptr) u.request.account = job->account;
   if (job->admin_comment != nullptr) u.admin_comment = job->admin_comment;
   if (const auto ref = saker::plugins::parse_job_ref(u.ref_text)) u.facts = g_service->facts_of(*ref);
   saker::log::debug("job_submit/saker: update of job '" + u.ref_text + "' (job_id " + std::to_string(job->job_id) + ")");

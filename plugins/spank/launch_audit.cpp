@@ -9,6 +9,8 @@
 #include <cstring>
 #include <exception>
 
+#include "policies/audit_head.hpp"
+
 namespace saker::spank {
 
 std::string launch_audit_path(const std::string& dir, const std::string& node) {
@@ -29,8 +31,15 @@ std::string append_launch_record(const std::string& path, const policy::audit::E
     try {
       policy::audit::Chain chain = policy::audit::Chain::resume(path);
       const std::string line = chain.seal(policy::audit::fields_json(entry));
-      if (::write(fd, line.data(), line.size()) != static_cast<ssize_t>(line.size()) || ::fdatasync(fd) != 0)
+      if (::write(fd, line.data(), line.size()) != static_cast<ssize_t>(line.size()) || ::fdatasync(fd) != 0) {
         problem = "cannot append to " + path + ": " + std::strerror(errno);
+      } else {
+        // The sealed head (count, last hash, length) is written under the same lock, so
+        // a deleted tail of this log is detected like the controller's.
+        struct stat st {};
+        const auto bytes = ::fstat(fd, &st) == 0 ? static_cast<std::uint64_t>(st.st_size) : 0;
+        problem = policy::audit::write_head(path, policy::audit::Head{chain.last_id(), chain.last_hash(), bytes}, "");
+      }
     } catch (const std::exception& e) {
       problem = path + ": " + e.what();
     }

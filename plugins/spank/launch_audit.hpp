@@ -4,6 +4,9 @@
 // slurmstepd processes of one node append to it at once: an exclusive flock() around
 // "resume the chain, append one record, fsync" keeps the chain linear.
 //
+// Each append also rewrites the log's sealed head (policies/audit_head.hpp, no key: the
+// nodes hold no secret), so `saker-policy audit verify` detects a deleted tail.
+//
 // What is recorded: every launch-time refusal, and every step that declares datasets
 // beyond what slurmctld recorded for its job (srun --dataset inside an allocation).
 #pragma once

@@ -29,11 +29,22 @@ ResidencyVerdict g_verdict;
 
 struct StepFacts {
   std::uint32_t job_id = 0, step_id = 0;
+  std::string ref;  // the job as Slurm prints it: "123", "123_4" (array task), "123+1" (het component)
   std::string node;
   std::optional<NodeRecord> record;
   std::vector<policy::DatasetRef> step_datasets;  // what the step declared beyond the record
   std::vector<policy::DatasetRef> all;            // record + step
 };
+
+// The id in the form scontrol prints: an array task as A_T (S_JOB_ARRAY_ID/TASK_ID). A
+// het component keeps its own job id here: SPANK gives no het offset in 22.05.
+std::string job_ref_of(spank_t sp, std::uint32_t job_id) {
+  std::uint32_t array_id = 0, task_id = 0;
+  if (spank_get_item(sp, S_JOB_ARRAY_ID, &array_id) == ESPANK_SUCCESS &&
+      spank_get_item(sp, S_JOB_ARRAY_TASK_ID, &task_id) == ESPANK_SUCCESS && array_id != 0 && array_id != job_id)
+    return std::to_string(array_id) + "_" + std::to_string(task_id);
+  return std::to_string(job_id);
+}
 
 void audit(const Config& config, const StepFacts& f, const std::string& decision, const std::string& why) {
   policy::audit::Entry e;
@@ -43,7 +54,8 @@ void audit(const Config& config, const StepFacts& f, const std::string& decision
     e.user = f.record->user;
     e.account = f.record->account;
   }
-  e.job_id = f.job_id;
+  e.job_id = f.ref;
+  e.nodes = f.node;
   e.datasets = f.all;
   e.decision_text = decision;
   e.reasons_extra = {"node " + f.node + ", step " + std::to_string(f.job_id) + "." + std::to_string(f.step_id) +
@@ -97,6 +109,7 @@ void residency_prepare(spank_t sp, const Config& config, const std::vector<polic
   f.node = node != nullptr ? node : "";
   spank_get_item(sp, S_JOB_ID, &f.job_id);
   spank_get_item(sp, S_JOB_STEPID, &f.step_id);
+  f.ref = job_ref_of(sp, f.job_id);
   std::vector<policy::DatasetRef> declared = option_value;
   char value[4096];
   // Empty: the step declares nothing of its own (it cannot remove the job's datasets).

@@ -168,7 +168,7 @@ refused_submit "A36 an array of patients on gpu-eu" -A medical -p gpu-eu --array
 arr=$(submit --hold -A medical -p gpu-ae --array=1-4 --dataset=patients --wrap "$report")
 indexed
 assert_rc 1 "A37 update of task ${arr}_3 to gpu-eu" -- as_user scontrol update jobid="${arr}_3" partition=gpu-eu
-assert_rc 0 "A37 audited with the task's id form" -- audit_has modify deny "\"job_id\":$arr"
+assert_rc 0 "A37 audited with the task's id form" -- audit_has modify deny "\"job_id\":\"${arr}_3\""
 assert_rc 0 "A38 task ${arr}_2 split off into cpu-ae" -- as_user scontrol update jobid="${arr}_2" partition=cpu-ae
 split=$(squeue -h -o '%A %i' | awk -v t="${arr}_2" '$2 == t { print $1 }')
 assert_rc 1 "A38 the split task's new id ($split) is refused right away, not read as 'no datasets'" -- \
@@ -187,7 +187,7 @@ het=$(as_user sbatch --parsable --hold -o "$out/%j.out" -A medical -p gpu-ae --d
 indexed
 assert_rc 1 "A43 update of component $het+1 to gpu-eu" -- as_user scontrol update jobid="$het+1" partition=gpu-eu
 assert_rc 1 "A44 update of leader $het to gpu-eu" -- as_user scontrol update jobid="$het" partition=gpu-eu
-assert_rc 0 "A44 the component's refusal is audited" -- audit_has modify deny "\"job_id\":$het"
+assert_rc 0 "A44 the component's refusal is audited" -- audit_has modify deny "\"job_id\":\"$het+1\""
 scontrol release "$het"
 ran_in_ae "A45 the het job ran in the zone" "$het"
 

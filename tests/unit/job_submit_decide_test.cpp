@@ -123,7 +123,7 @@ TEST_CASE("modify: out of zone refused, in zone allowed, both audited", "[job_su
   const Outcome out = decide_modify(site(), move_to("7", "gpu-eu", known({{"patients", "v3"}})));
   CHECK(out.refuse);
   CHECK(out.audit);
-  CHECK(out.audit_entry().job_id == 7);
+  CHECK(out.audit_entry().job_id == "7");
   const Outcome in = decide_modify(site(), move_to("7", "cpu-ae", known({{"patients", "v3"}})));
   CHECK_FALSE(in.refuse);
   CHECK(in.audit);
@@ -199,4 +199,21 @@ TEST_CASE("modify: no policy refuses moves of jobs with datasets", "[job_submit]
   const Outcome o = decide_modify({nullptr, "gone"}, move_to("7", "cpu-ae", known({{"patients", "v3"}})));
   CHECK(o.refuse);
   CHECK(o.audit);
+}
+
+TEST_CASE("modify: an account change is judged for grants", "[job_submit][decide][modify]") {
+  JobFacts facts = known({{"patients", "v3"}});
+  facts.account = "medical";
+  Update u = update("7", facts);
+  u.account_given = true;
+  u.request.account = "physics";
+  const Outcome o = decide_modify(site(), u);
+  CHECK(o.refuse);
+  CHECK(o.audit);
+  CHECK_THAT(o.user_message, Catch::Contains("grant"));
+  u.request.account = "medical";
+  CHECK_FALSE(decide_modify(site(), u).refuse);
+  // The record names the account the job keeps when the update does not change it.
+  Update move = move_to("7", "cpu-ae", facts);
+  CHECK(decide_modify(site(), move).audit_entry().account == "medical");
 }

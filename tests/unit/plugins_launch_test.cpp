@@ -10,6 +10,7 @@
 #include <map>
 
 #include "plugins/spank/launch_audit.hpp"
+#include "policies/audit_head.hpp"
 #include "plugins/spank/node_record.hpp"
 #include "plugins/spank/residency.hpp"
 
@@ -111,7 +112,7 @@ TEST_CASE("the launch audit log is a chain several processes can append to", "[s
   const std::string path = launch_audit_path(dir.path + "/state", "saker1");
   saker::policy::audit::Entry e;
   e.event = "launch";
-  e.job_id = 3;
+  e.job_id = "3";
   e.decision_text = "deny";
   CHECK(append_launch_record(path, e).empty());
   CHECK(append_launch_record(path, e).empty());
@@ -119,6 +120,11 @@ TEST_CASE("the launch audit log is a chain several processes can append to", "[s
   const auto result = saker::policy::audit::verify(in);
   CHECK(result.ok());
   CHECK(result.records == 2);
+  std::string problem;
+  const auto head = saker::policy::audit::read_head(path, "", problem);
+  REQUIRE(head);  // sealed, so a deleted tail shows
+  CHECK(head->last_id == 2);
+  CHECK(head->log_bytes == std::filesystem::file_size(path));
 }
 
 TEST_CASE("a node record keeps the prolog's verdict and the policy's identity", "[spank][node_record]") {
