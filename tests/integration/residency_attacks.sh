@@ -141,6 +141,8 @@ assert_contains "$(admin_comment "$held")" "saker-datasets=patients@v3" "A26 the
 as_user scontrol update jobid="$held" nodelist=saker3 >/dev/null 2>&1
 assert_eq gpu-ae "$(field "$held" Partition)" "A27 nodelist=saker3 does not move the job out"
 as_user scontrol update jobid="$held" nodelist= >/dev/null 2>&1
+assert_rc 1 "A27b an account change that loses the grant is refused" -- as_user scontrol update jobid="$held" account=physics
+assert_rc 0 "A27b audited" -- audit_has modify deny "has no grant"
 assert_rc 0 "A28 a harmless update (name) passes" -- as_user scontrol update jobid="$held" name=renamed
 assert_rc 0 "A29 a move inside the zone passes" -- as_user scontrol update jobid="$held" partition=cpu-ae features=lustre-ae
 scontrol release "$held"
@@ -263,5 +265,9 @@ for log in "$IT_PREFIX"/saker-state/*/launch-audit.log; do
   assert_rc 0 "the launch audit log $(basename "$(dirname "$log")") verifies" -- \
     "$SAKER_BUILDDIR/policies/saker-policy/saker-policy" audit verify "$log"
 done
+log=$(ls "$IT_PREFIX"/saker-state/*/launch-audit.log | head -n1)
+cp "$log" "$IT_TMP/cut.log" && cp "$log.head" "$IT_TMP/cut.log.head" && sed -i '$d' "$IT_TMP/cut.log"
+assert_rc 1 "a launch log with its last line deleted fails verification" -- \
+  "$SAKER_BUILDDIR/policies/saker-policy/saker-policy" audit verify "$IT_TMP/cut.log"
 assert_rc 0 "slurmctld is still alive" -- scontrol ping
 it_finish
