@@ -6,10 +6,13 @@
 
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common/log.hpp"
 #include "plugins/c_boundary.hpp"
+#include "plugins/common/job_ref.hpp"
+#include "plugins/job_submit/decide.hpp"
 #include "plugins/job_submit/request.hpp"
 #include "plugins/job_submit/service.hpp"
 #include "policies/audit.hpp"
@@ -48,69 +51,78 @@ void tell_user(char** err_msg, const std::string& text) {
   *err_msg = slurm_xstrdup(("saker: " + text).c_str());
 }
 
-std::string join(const std::vector<std::string>& items) {
-  std::string out;
-  for (const auto& s : items) out += (out.empty() ? "" : "; ") + s;
-  return out;
+saker::job_submit::PolicyView policy_view() {
+  saker::job_submit::PolicyView v;
+  v.policy = g_service->policy(v.why_none);
+  return v;
 }
 
-// Keeps the datasets on the job (its comment) so job_modify can find them again.
-void mark_comment(job_desc_msg_t* job, const std::vector<policy::DatasetRef>& datasets) {
-  std::string comment = job->comment != nullptr ? job->comment : "";
-  const auto at = comment.find(saker::job_submit::kCommentMarker);
-  if (at != std::string::npos) comment.erase(at > 0 ? at - 1 : at);  // users cannot pre-set it
-  comment += (comment.empty() ? "" : " ") + std::string(saker::job_submit::kCommentMarker) +
-             policy::format_dataset_list(datasets);
-  set_string(job->comment, comment);
+// Applies an outcome to the job description, records and logs it; the return code for slurmctld.
+int carry_out(const saker::job_submit::Outcome& o, job_desc_msg_t* job, char** err_msg) {
+  if (o.audit) g_service->record(o.audit_entry());
+  if (!o.log_message.empty()) {
+    if (o.refuse)
+      saker::log::error("job_submit/saker: " + o.log_message);
+    else
+      saker::log::info("job_submit/saker: " + o.log_message);
+  }
+  tell_user(err_msg, o.user_message);
+  if (o.refuse) return static_cast<int>(ESLURM_ACCESS_DENIED);
+  if (o.set_partition) set_string(job->partition, *o.set_partition);
+  if (o.set_features) set_string(job->features, *o.set_features);
+  if (o.set_admin_comment) set_string(job->admin_comment, *o.set_admin_comment);
+  return SLURM_SUCCESS;
 }
 
-int decide(job_desc_msg_t* job, uint32_t uid, char** err_msg, const char* event) {
-  policy::audit::Entry entry;
-  entry.event = event;
+// Components of one het job are submitted in one RPC, judged one after the other by the
+// same slurmctld thread: component 0's datasets wait here for the others.
+thread_local std::optional<std::vector<policy::DatasetRef>> t_het_first;
+
+int submit(job_desc_msg_t* job, uint32_t uid, char** err_msg) {
+  using namespace saker::job_submit;
   policy::JobRequest q;
   try {
-    q = saker::job_submit::request_from(*job, uid);
-    q.placement_only = std::string(event) == "modify";
+    q = request_from(*job, uid);
   } catch (const saker::Error& e) {  // a malformed dataset list: refuse, say why
-    tell_user(err_msg, e.what());
-    entry.uid = uid;
-    entry.decision_text = "deny";
-    entry.reasons_extra = {e.what()};
-    g_service->record(entry);
-    return static_cast<int>(ESLURM_ACCESS_DENIED);
+    q.uid = uid;
+    return carry_out(refuse_malformed("submit", q, e.what()), job, err_msg);
   }
-  entry.uid = q.uid;
-  entry.user = q.user;
-  entry.account = q.account;
-  if (q.job_id != 0) entry.job_id = std::to_string(q.job_id);
-  entry.partition = q.partition;
-  entry.datasets = q.datasets;
-  std::string why;
-  const policy::PolicyPtr p = g_service->policy(why);
-  if (!p) {
-    entry.decision_text = q.datasets.empty() ? "allow" : "deny";
-    entry.reasons_extra = {"no valid data policy is loaded: " + why};
-    g_service->record(entry);
-    if (q.datasets.empty()) return SLURM_SUCCESS;
-    tell_user(err_msg, "no valid data policy is loaded (" + why +
-                           "), so jobs that declare datasets cannot be placed; ask your site administrators");
-    return static_cast<int>(ESLURM_ACCESS_DENIED);
+  const bool het = job->het_job_offset != NO_VAL;
+  if (het && job->het_job_offset == 0) t_het_first = q.datasets;
+  if (het) {
+    if (auto refused = check_het_component(job->het_job_offset, t_het_first, q)) return carry_out(*refused, job, err_msg);
+  } else {
+    t_het_first.reset();
   }
-  entry.revision = p->revision();
-  const policy::Decision d = p->evaluate(q);
-  entry.decision = &d;
-  g_service->record(entry);
-  if (d.kind == policy::DecisionKind::deny) {
-    saker::log::info(std::string("job_submit/saker: ") + event + " denied for " + q.user + ": " + d.message());
-    tell_user(err_msg, d.message());
-    return static_cast<int>(ESLURM_ACCESS_DENIED);
-  }
-  if (!d.partition.empty()) set_string(job->partition, d.partition);
-  if (!d.added_features.empty()) set_string(job->features, d.features_after(q.features));
-  std::vector<std::string> notes = d.reasons;
-  notes.insert(notes.end(), d.would_deny.begin(), d.would_deny.end());
-  tell_user(err_msg, join(notes));
-  return SLURM_SUCCESS;
+  const Outcome o = decide_submit(policy_view(), q, job->admin_comment);
+  const int rc = carry_out(o, job, err_msg);
+  if (rc == SLURM_SUCCESS && !q.datasets.empty()) g_service->submitted_with_datasets();
+  return rc;
+}
+
+// The id as the update names it: text for "12_3" and "12+1", else the number.
+std::string update_ref(const job_desc_msg_t& job) {
+  if (job.job_id_str != nullptr && *job.job_id_str != '\0') return job.job_id_str;
+  if (job.job_id != NO_VAL && job.job_id != 0) return std::to_string(job.job_id);
+  return "";
+}
+
+int modify(job_desc_msg_t* job, uint32_t uid, char** err_msg) {
+  using namespace saker::job_submit;
+  Update u;
+  u.ref_text = update_ref(*job);
+  u.request.uid = uid;
+  u.request.user = saker::plugins::identity_of(uid).user;
+  if (job->partition != nullptr) u.request.partition = job->partition;
+  if (job->features != nullptr) u.request.features = job->features;
+  u.partition_given = job->partition != nullptr;
+  u.features_given = job->features != nullptr;
+  u.account_given = job->account != nullptr;
+  if (job->account != nullptr) u.request.account = job->account;
+  if (job->admin_comment != nullptr) u.admin_comment = job->admin_comment;
+  if (const auto ref = saker::plugins::parse_job_ref(u.ref_text)) u.facts = g_service->facts_of(*ref);
+  saker::log::debug("job_submit/saker: update of job '" + u.ref_text + "' (job_id " + std::to_string(job->job_id) + ")");
+  return carry_out(decide_modify(policy_view(), u), job, err_msg);
 }
 
 }  // namespace
@@ -136,22 +148,16 @@ extern "C" int fini(void) {
 extern "C" int job_submit(job_desc_msg_t* job_desc, uint32_t submit_uid, char** err_msg) {
   // An unexpected failure refuses the job (fail closed): the decision is a security one.
   return saker::plugin::guarded("job_submit", static_cast<int>(ESLURM_ACCESS_DENIED), [&] {
-    if (!g_service) return SLURM_SUCCESS;
-    const int rc = decide(job_desc, submit_uid, err_msg, "submit");
-    if (rc == SLURM_SUCCESS) {
-      const auto datasets = policy::datasets_from_env(job_desc->spank_job_env, job_desc->spank_job_env_size);
-      if (!datasets.empty()) {
-        mark_comment(job_desc, datasets);
-        g_service->submitted_with_datasets();
-      }
-    }
-    return rc;
+    if (!g_service) return static_cast<int>(ESLURM_ACCESS_DENIED);
+    return submit(job_desc, submit_uid, err_msg);
   });
 }
 
 // Slurm 23.02 added err_msg to job_modify; 22.05 calls it with three arguments, and
-// the wrong signature crashes slurmctld. The job record stays an incomplete type: the
-// job's datasets come from the service's index (built from the jobs' comments).
+// the wrong signature crashes slurmctld. So in 22.05 a refused update reaches the user
+// only as "Access/permission denied"; the reason goes to slurmctld.log and the audit log
+// (see job_submit_saker(8)). The job record stays an incomplete type: the job's datasets
+// come from the service's index (built from the jobs' admin_comment).
 #if SLURM_VERSION_NUMBER >= SLURM_VERSION_NUM(23, 2, 0)
 extern "C" int job_modify(job_desc_msg_t* job_desc, struct job_record* /*job_ptr*/, uint32_t submit_uid,
                           char** err_msg) {
@@ -160,40 +166,7 @@ extern "C" int job_modify(job_desc_msg_t* job_desc, struct job_record* /*job_ptr
   char** err_msg = nullptr;
 #endif
   return saker::plugin::guarded("job_modify", static_cast<int>(ESLURM_ACCESS_DENIED), [&] {
-    if (!g_service) return SLURM_SUCCESS;
-    // scontrol update sends the id as text (job_id_str, e.g. "12", "12_3", "12+0").
-    uint32_t job_id = job_desc->job_id;
-    if ((job_id == NO_VAL || job_id == 0) && job_desc->job_id_str != nullptr)
-      job_id = static_cast<uint32_t>(std::strtoul(job_desc->job_id_str, nullptr, 10));
-    std::vector<policy::DatasetRef> datasets;
-    const bool known = g_service->datasets_of(job_id, datasets);
-    if (job_desc->comment != nullptr && !datasets.empty()) mark_comment(job_desc, datasets);
-    if (job_desc->partition == nullptr && job_desc->features == nullptr) return SLURM_SUCCESS;
-    if (!known) {
-      saker::log::info("job_submit/saker: update of job " + std::to_string(job_id) +
-                       " refused: its datasets are not indexed yet; retry in a few seconds");
-      return static_cast<int>(ESLURM_ACCESS_DENIED);
-    }
-    if (datasets.empty()) return SLURM_SUCCESS;
-    // Re-decide with the job's datasets and the updated placement.
-    std::string text = saker::job_submit::kDatasetsEnvPrefix() + policy::format_dataset_list(datasets);
-    char* env[] = {text.data()};
-    char** saved_env = job_desc->spank_job_env;
-    const uint32_t saved_size = job_desc->spank_job_env_size;
-    job_desc->spank_job_env = env;
-    job_desc->spank_job_env_size = 1;
-    int rc = SLURM_ERROR;
-    try {
-      rc = decide(job_desc, submit_uid, err_msg, "modify");
-    } catch (...) {
-      job_desc->spank_job_env = saved_env;
-      job_desc->spank_job_env_size = saved_size;
-      throw;
-    }
-    job_desc->spank_job_env = saved_env;
-    job_desc->spank_job_env_size = saved_size;
-    if (rc != SLURM_SUCCESS)
-      saker::log::error("job_submit/saker: update of job " + std::to_string(job_id) + " refused");
-    return rc;
+    if (!g_service) return static_cast<int>(ESLURM_ACCESS_DENIED);
+    return modify(job_desc, submit_uid, err_msg);
   });
 }

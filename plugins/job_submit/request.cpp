@@ -1,11 +1,6 @@
 #include "plugins/job_submit/request.hpp"
 
-#include <grp.h>
-#include <pwd.h>
-
-#include <chrono>
 #include <cstring>
-#include <unordered_map>
 
 namespace saker::job_submit {
 
@@ -33,45 +28,10 @@ std::uint32_t gpus_in_tres(const char* tres) {
   return total;
 }
 
-const Identity& identity_of(std::uint32_t uid) {
-  struct Cached {
-    Identity id;
-    std::chrono::steady_clock::time_point at;
-  };
-  static std::unordered_map<std::uint32_t, Cached> cache;
-  const auto now = std::chrono::steady_clock::now();
-  auto it = cache.find(uid);
-  if (it != cache.end() && now - it->second.at < std::chrono::minutes(5)) return it->second.id;
-  Identity id;
-  std::vector<char> buf(16384);
-  passwd pw{};
-  passwd* found = nullptr;
-  if (getpwuid_r(uid, &pw, buf.data(), buf.size(), &found) == 0 && found != nullptr) {
-    id.user = pw.pw_name;
-    int n = 64;
-    std::vector<gid_t> gids(static_cast<std::size_t>(n));
-    if (getgrouplist(pw.pw_name, pw.pw_gid, gids.data(), &n) < 0) {
-      gids.resize(static_cast<std::size_t>(n));
-      getgrouplist(pw.pw_name, pw.pw_gid, gids.data(), &n);
-    }
-    gids.resize(static_cast<std::size_t>(std::max(n, 0)));
-    std::vector<char> gbuf(16384);
-    for (gid_t g : gids) {
-      group gr{};
-      group* gfound = nullptr;
-      if (getgrgid_r(g, &gr, gbuf.data(), gbuf.size(), &gfound) == 0 && gfound != nullptr) id.groups.emplace_back(gr.gr_name);
-    }
-  }
-  if (cache.size() > 100000) cache.clear();
-  auto& slot = cache[uid];
-  slot = {std::move(id), now};
-  return slot.id;
-}
-
 policy::JobRequest request_from(const job_desc_msg_t& job, std::uint32_t submit_uid) {
   policy::JobRequest q;
   q.uid = (job.user_id != NO_VAL && job.user_id != 0) ? job.user_id : submit_uid;
-  const Identity& id = identity_of(q.uid);
+  const plugins::Identity id = plugins::identity_of(q.uid);
   q.user = id.user;
   q.groups = id.groups;
   if (job.account != nullptr) q.account = job.account;

@@ -30,25 +30,27 @@ bool file_id(const std::string& path, long long& mtime_ns, long long& size, long
   return true;
 }
 
-std::optional<std::vector<policy::DatasetRef>> marked_datasets(const slurm_job_info_t& job) {
-  if (job.comment == nullptr) return std::nullopt;
-  const char* at = std::strstr(job.comment, kCommentMarker);
-  if (at == nullptr) return std::nullopt;
-  std::string list = at + std::strlen(kCommentMarker);
-  list = list.substr(0, list.find(' '));
-  try {
-    return policy::parse_dataset_list(list);
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
-}
-
 void collect(const job_info_msg_t& msg, std::vector<IndexedJob>& out) {
   for (std::uint32_t i = 0; i < msg.record_count; ++i) {
     const slurm_job_info_t& job = msg.job_array[i];
+    IndexedJob j;
+    j.id = job.job_id;
     // A split-off array task has an id of its own; the array's record keeps array_job_id.
-    const bool array_task = job.array_job_id != 0 && job.array_job_id != job.job_id;
-    out.push_back({job.job_id, array_task, marked_datasets(job)});
+    j.array_task = job.array_job_id != 0 && job.array_job_id != job.job_id;
+    j.marker = plugins::read_marker(job.admin_comment);
+    if (job.array_job_id != 0 && job.array_job_id != NO_VAL) {
+      j.array_job_id = job.array_job_id;
+      j.array_task_id = job.array_task_id;
+    }
+    if (job.het_job_id != 0 && job.het_job_id != NO_VAL) {
+      j.het_job_id = job.het_job_id;
+      j.het_job_offset = job.het_job_offset;
+    }
+    if (job.partition != nullptr) j.partition = job.partition;
+    if (job.features != nullptr) j.features = job.features;
+    if (job.account != nullptr) j.account = job.account;
+    if (job.nodes != nullptr) j.nodes = job.nodes;
+    out.push_back(std::move(j));
   }
 }
 
@@ -146,8 +148,10 @@ void Service::record(const policy::audit::Entry& entry) {
   nudge();
 }
 
-bool Service::datasets_of(std::uint32_t job_id, std::vector<policy::DatasetRef>& out) const {
-  return index_->lookup(job_id, out);
+JobFacts Service::facts_of(const plugins::JobRef& ref) {
+  JobFacts facts = index_->lookup(ref);
+  if (facts.state == JobFacts::State::unknown) nudge();  // the index may have to load it now
+  return facts;
 }
 
 void Service::submitted_with_datasets() {

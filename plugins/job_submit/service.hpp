@@ -52,9 +52,8 @@ class Service {
   policy::PolicyPtr policy(std::string& why) const;
   void record(const policy::audit::Entry& entry);
 
-  // job_modify support: the datasets of an existing job. Returns false when the answer
-  // is not known yet (a job submitted in the last moments, before it was indexed).
-  bool datasets_of(std::uint32_t job_id, std::vector<policy::DatasetRef>& out) const;
+  // job_modify support: what the index knows of an existing job (see JobIndex::lookup).
+  JobFacts facts_of(const plugins::JobRef& ref);
   void submitted_with_datasets();
 
  private:
@@ -81,9 +80,5 @@ class Service {
   std::thread thread_;
 };
 
-// The marker job_submit appends to a job's comment so that the datasets survive a
-// slurmctld restart and can be read back through slurm_load_jobs().
-inline constexpr const char* kCommentMarker = "saker-datasets=";
-inline std::string kDatasetsEnvPrefix() { return std::string(policy::kDatasetsEnvName) + "="; }
 
 }  // namespace saker::job_submit

@@ -5,7 +5,7 @@
 namespace saker::spank {
 namespace {
 
-constexpr const char* kAcceptedKeys = "accepted: policy=FILE, gpu-affinity=auto|none|explain, topology=FILE, strict";
+constexpr const char* kAcceptedKeys = "accepted: policy=FILE, gpu-affinity=auto|none|explain, topology=FILE, strict, state-dir=DIR";
 
 std::string need_value(const std::string& arg, const std::string& key, const std::string& value,
                        const std::string& example) {
@@ -40,6 +40,8 @@ Config parse_config(const std::vector<std::string>& args) {
                                             "plugstack.conf: gpu-affinity");
     } else if (key == "topology") {
       config.topology_path = need_value(arg, key, value, "topology=/var/spool/slurmd/saker-topology.xml");
+    } else if (key == "state-dir") {
+      config.state_dir = need_value(arg, key, value, "state-dir=/var/spool/saker");
     } else if (key == "strict") {
       if (eq != std::string::npos)
         throw Error(explain("plugstack.conf: bad argument '" + arg + "'", "strict is a flag and takes no value",

@@ -19,6 +19,9 @@ struct Config {
   AffinityMode affinity = AffinityMode::automatic;  // gpu-affinity=MODE: default when the user gives none
   std::string topology_path;  // topology=FILE: hwloc XML (a test topology, or where to cache the live one)
   bool strict = false;        // strict: a topology or plan failure fails the task instead of running unbound
+  // state-dir=DIR: root-only directory on each node for the job records the job prolog
+  // writes and the launch audit log (DIR/NODE/...; see node_record.hpp).
+  std::string state_dir = "/var/spool/saker";
 };
 
 // Parses the plugstack arguments. Throws saker::Error naming the bad argument and

@@ -1,12 +1,34 @@
 #include "plugins/spank/residency.hpp"
 
 #include <algorithm>
-#include <cstring>
 
 namespace saker::spank {
 
+ResidencyVerdict check_residency(const policy::Policy& p, const std::string& node_name,
+                                 const std::vector<policy::DatasetRef>& datasets, const LaunchIdentity& who) {
+  ResidencyVerdict v;
+  if (datasets.empty()) return v;
+  const policy::Verdict zone = p.check_launch(node_name, datasets);
+  if (!zone.allowed) return {true, zone.message};
+  // Grants: judged as a submission of these datasets by this user and account, placed
+  // anywhere (no partition): a denial here can only come from access (or an unknown
+  // dataset), since residency is already settled for this node above.
+  policy::JobRequest q;
+  q.uid = who.uid;
+  q.user = who.user;
+  q.groups = who.groups;
+  q.account = who.account;
+  q.datasets = datasets;
+  const policy::Decision d = p.evaluate(q);
+  if (d.kind == policy::DecisionKind::deny) return {true, d.message() + " (user " + who.user + ", account " +
+                                                              (who.account.empty() ? "none" : who.account) + ")"};
+  v.message = zone.message;
+  for (const auto& note : d.would_deny) v.message += (v.message.empty() ? "" : "; ") + note;
+  return v;
+}
+
 ResidencyVerdict check_residency(const std::string& policy_path, const std::string& node_name,
-                                 const std::vector<policy::DatasetRef>& datasets) {
+                                 const std::vector<policy::DatasetRef>& datasets, const LaunchIdentity& who) {
   ResidencyVerdict v;
   if (datasets.empty()) return v;
   const std::string list = policy::format_dataset_list(datasets);
@@ -30,25 +52,12 @@ ResidencyVerdict check_residency(const std::string& policy_path, const std::stri
                 "), so the residency of " + list + " cannot be checked";
     return v;
   }
-  const policy::Verdict verdict = p->check_launch(node_name, datasets);
-  v.refuse = !verdict.allowed;
-  v.message = verdict.message;
-  return v;
+  return check_residency(*p, node_name, datasets, who);
 }
 
 void merge_datasets(std::vector<policy::DatasetRef>& into, const std::vector<policy::DatasetRef>& more) {
   for (const auto& d : more)
     if (std::find(into.begin(), into.end(), d) == into.end()) into.push_back(d);
-}
-
-std::vector<policy::DatasetRef> datasets_from_comment(const char* comment) {
-  if (comment == nullptr) return {};
-  const char* marker = "saker-datasets=";
-  const char* at = std::strstr(comment, marker);
-  if (at == nullptr) return {};
-  std::string list = at + std::strlen(marker);
-  list = list.substr(0, list.find(' '));
-  return policy::parse_dataset_list(list);
 }
 
 }  // namespace saker::spank

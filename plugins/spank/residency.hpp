@@ -1,8 +1,9 @@
-// Launch-time residency re-check (defence in depth): before a task of a job that
-// declared datasets starts, check this node's zone in the site policy against the
-// datasets' allowed zones. It catches a policy changed after submission, a node moved
-// between partitions, and jobs that reached the node some other way (job_submit off,
-// audit mode, an admin's scontrol update).
+// Launch-time residency and access re-check (the last line): before a task starts on a
+// node, check the node's zone against every dataset the job or the step declares, AND
+// that the job's user/account holds the grants those datasets need. It catches a policy
+// changed after submission, a node moved between partitions, steps that declare datasets
+// the job did not (srun --jobid=J --overlap --dataset=...), and jobs that reached the
+// node some other way (job_submit off, audit mode, an admin's scontrol update).
 //
 // It runs in the remote context and fails the TASK (slurm_spank_task_init returns an
 // error), never the prolog: a failing prolog drains the node for everyone.
@@ -20,17 +21,26 @@ struct ResidencyVerdict {
   std::string message;  // the refusal, or an audit-mode "would deny" note, or ""
 };
 
-// Loads the policy (once per step, as root in slurmstepd) and checks. Fails closed: a
-// job that declared datasets is refused when the policy cannot be loaded or the node
-// name is unknown. A job without datasets is never refused.
+// Who runs the step, from the job's node record (node_record.hpp), never the task env.
+struct LaunchIdentity {
+  std::uint32_t uid = 0;
+  std::string user;
+  std::vector<std::string> groups;
+  std::string account;
+};
+
+// Loads the policy (once per step, as root in slurmstepd) and checks zones and grants.
+// Fails closed: datasets with no loadable policy or an unknown node are refused. No
+// datasets: never refused.
 ResidencyVerdict check_residency(const std::string& policy_path, const std::string& node_name,
-                                 const std::vector<policy::DatasetRef>& datasets);
+                                 const std::vector<policy::DatasetRef>& datasets, const LaunchIdentity& who);
+
+// The same against a policy already loaded (unit tests).
+ResidencyVerdict check_residency(const policy::Policy& p, const std::string& node_name,
+                                 const std::vector<policy::DatasetRef>& datasets, const LaunchIdentity& who);
 
 // Union of dataset lists (order kept, duplicates by name@version dropped). Every
 // source can only add datasets, so a forged source can only make the check stricter.
 void merge_datasets(std::vector<policy::DatasetRef>& into, const std::vector<policy::DatasetRef>& more);
-
-// The datasets recorded by job_submit_saker.so in a job's comment ("saker-datasets=...").
-std::vector<policy::DatasetRef> datasets_from_comment(const char* comment);
 
 }  // namespace saker::spank

@@ -121,10 +121,36 @@ extern "C" int slurm_spank_init_post_opt(spank_t sp, int /*argc*/, char** /*argv
       case S_CTX_LOCAL:
         return record_datasets(sp);
       case S_CTX_REMOTE:
-        saker::spank::residency_prepare(sp, g_state.config.policy_path, g_state.datasets);
+        saker::spank::residency_prepare(sp, g_state.config, g_state.datasets);
         return saker::spank::affinity_prepare_step(sp, g_state.config);
       default:
         return 0;
+    }
+  });
+}
+
+// Job prolog and epilog (slurmd, as root): the node's record of the job, which task
+// starts on this node read instead of asking slurmctld (node_record.hpp).
+extern "C" int slurm_spank_job_prolog(spank_t /*sp*/, int argc, char** argv) {
+  return saker::plugin::guarded("slurm_spank_job_prolog", 0, [&] {
+    saker::plugin::log_to_slurm();
+    saker::spank::Config config;
+    try {
+      config = saker::spank::parse_config(plugin_args(argc, argv));
+    } catch (const saker::Error& e) {
+      slurm_error("saker: %s", e.what());
+      return 0;
+    }
+    return saker::spank::residency_record_job(config);
+  });
+}
+
+extern "C" int slurm_spank_job_epilog(spank_t /*sp*/, int argc, char** argv) {
+  return saker::plugin::guarded("slurm_spank_job_epilog", 0, [&] {
+    try {
+      return saker::spank::residency_forget_job(saker::spank::parse_config(plugin_args(argc, argv)));
+    } catch (const saker::Error&) {
+      return 0;
     }
   });
 }

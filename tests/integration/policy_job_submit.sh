@@ -87,7 +87,7 @@ assert_eq gpu-ae "$(job_field "$last" Partition)" "the last job of the burst sta
 it_wait_for 10 "once indexed, a move of that job inside the zone is allowed" \
   scontrol update jobid="$last" partition=cpu-ae
 assert_rc 1 "and its escape is refused by the policy" -- scontrol update jobid="$last" partition=gpu-eu
-assert_contains "$(cat "$ctld_log")" "update of job $last refused" "slurmctld.log names the refused update"
+assert_contains "$(cat "$ctld_log")" "modify of job $last denied" "slurmctld.log names the refused update"
 it_wait_for 5 "the burst's decisions reach the audit log" \
   bash -c "(( \$(wc -l <'$audit_log') >= $audited_before + 20 ))"
 scancel "${burst[@]}"

@@ -12,6 +12,14 @@ using saker::policy::DatasetRef;
 
 namespace {
 
+IndexedJob job(std::uint32_t id, const char* admin_comment, bool array_task = false) {
+  IndexedJob j;
+  j.id = id;
+  j.array_task = array_task;
+  j.marker = saker::plugins::read_marker(admin_comment);
+  return j;
+}
+
 // slurmctld as the index sees it: created jobs, a clock that each load advances by what
 // that kind of load costs, and counters.
 struct FakeSlurm final : JobSource {
@@ -35,9 +43,7 @@ struct FakeSlurm final : JobSource {
     return true;
   }
   void create(std::uint32_t id, bool with_datasets = true) {
-    IndexedJob j{id, false, std::nullopt};
-    if (with_datasets) j.datasets = std::vector<DatasetRef>{{"patients", "v3"}};
-    jobs[id] = {j};
+    jobs[id] = {job(id, with_datasets ? "saker-datasets=patients@v3" : nullptr)};
   }
 };
 
@@ -45,7 +51,11 @@ struct Fixture {
   FakeSlurm slurm;
   JobIndex index{slurm, [this] { return slurm.now; }};
   std::vector<DatasetRef> out;
-  bool known(std::uint32_t id) { return index.lookup(id, out); }
+  bool known(std::uint32_t id) {
+    const JobFacts facts = index.lookup({saker::plugins::JobRef::Kind::plain, id, 0});
+    out = facts.datasets;
+    return facts.state == JobFacts::State::known;
+  }
 };
 
 }  // namespace
@@ -53,6 +63,7 @@ struct Fixture {
 TEST_CASE("the index fails closed until its first load", "[job_submit][index]") {
   Fixture f;
   f.slurm.create(1);
+  f.slurm.create(3, false);
   CHECK_FALSE(f.known(1));
   CHECK(f.index.due());
   f.slurm.down = true;  // slurmctld is not listening yet
@@ -63,7 +74,7 @@ TEST_CASE("the index fails closed until its first load", "[job_submit][index]") 
   f.index.sweep();
   REQUIRE(f.known(1));
   CHECK(f.out == std::vector<DatasetRef>{{"patients", "v3"}});
-  CHECK(f.known(2));  // nothing expected: an id not indexed has no datasets
+  CHECK(f.known(2));  // nothing expected: an id below one seen and not indexed has no datasets
   CHECK(f.out.empty());
   CHECK_FALSE(f.index.due());
 }
@@ -84,7 +95,7 @@ TEST_CASE("a submission is not known until its job is found", "[job_submit][inde
   CHECK(f.index.expected() == 0);
   REQUIRE(f.known(2));
   CHECK(f.out.size() == 1);
-  CHECK(f.known(3));
+  CHECK_FALSE(f.known(3));  // above every id seen: a split-off array task, say, is not "no datasets"
 }
 
 TEST_CASE("the first load retires no expectation", "[job_submit][index]") {
@@ -186,8 +197,7 @@ TEST_CASE("split array tasks retire no expectation", "[job_submit][index]") {
   f.index.expect_job();  // the array
   f.index.expect_job();  // another submission, in flight
   f.slurm.create(1);
-  const std::vector<DatasetRef> ds{{"patients", "v3"}};
-  f.slurm.jobs[2] = {IndexedJob{2, true, ds}, IndexedJob{3, true, ds}};  // tasks split off array 1
+  f.slurm.jobs[2] = {job(2, "saker-datasets=patients@v3", true), job(3, "saker-datasets=patients@v3", true)};  // tasks split off array 1
   f.index.sweep();
   CHECK(f.index.expected() == 1);
   CHECK(f.known(3));  // a task's datasets are indexed
@@ -205,7 +215,12 @@ TEST_CASE("a job refused by slurmctld after job_submit is forgotten after a whil
   f.index.sweep();
   CHECK(f.index.full_loads() == fulls + 1);  // forgotten only once a full load confirms it
   CHECK(f.index.expected() == 0);
-  CHECK(f.known(7));
+  CHECK_FALSE(f.known(7));  // above every id seen: not known, whatever the expectations
+  f.slurm.create(8, false);
+  f.index.sweep();
+  f.slurm.now += JobIndex::kResyncEvery;
+  f.index.sweep();
+  CHECK(f.known(7));  // an id below one seen, not in slurmctld: a job without datasets
 }
 
 TEST_CASE("the index resyncs with a full load now and then", "[job_submit][index]") {
@@ -219,4 +234,56 @@ TEST_CASE("the index resyncs with a full load now and then", "[job_submit][index
   f.index.sweep();
   CHECK(f.known(1));
   CHECK(f.out.empty());
+}
+
+TEST_CASE("het components and array tasks are found by their own id form", "[job_submit][index]") {
+  Fixture f;
+  IndexedJob leader = job(10, nullptr), member = job(11, "saker-datasets=patients");
+  leader.het_job_id = member.het_job_id = 10;
+  member.het_job_offset = 1;
+  IndexedJob meta = job(20, "saker-datasets=telemetry"), split = job(23, "saker-datasets=telemetry", true);
+  meta.array_job_id = split.array_job_id = 20;
+  meta.array_task_id = 4;
+  split.array_task_id = 3;
+  f.slurm.jobs[10] = {leader, member};
+  f.slurm.jobs[20] = {meta, split};
+  f.index.sweep();
+  using saker::plugins::JobRef;
+  // Any component binds the whole het job: the leader reads the later component's datasets.
+  for (const JobRef& ref : {JobRef{JobRef::Kind::het_component, 10, 0}, JobRef{JobRef::Kind::het_component, 10, 1},
+                            JobRef{JobRef::Kind::plain, 10, 0}, JobRef{JobRef::Kind::plain, 11, 0}}) {
+    INFO(ref.str());
+    const JobFacts facts = f.index.lookup(ref);
+    CHECK(facts.state == JobFacts::State::known);
+    CHECK(facts.datasets == std::vector<DatasetRef>{{"patients", ""}});
+  }
+  CHECK(f.index.lookup({JobRef::Kind::het_component, 10, 2}).state == JobFacts::State::unknown);
+  for (const JobRef& ref : {JobRef{JobRef::Kind::array_task, 20, 3}, JobRef{JobRef::Kind::array_task, 20, 1},
+                            JobRef{JobRef::Kind::plain, 23, 0}}) {
+    INFO(ref.str());
+    CHECK(f.index.lookup(ref).datasets == std::vector<DatasetRef>{{"telemetry", ""}});
+  }
+}
+
+TEST_CASE("a malformed marker is never 'no datasets'", "[job_submit][index]") {
+  Fixture f;
+  f.slurm.jobs[1] = {job(1, "saker-datasets=a,,b")};
+  f.index.sweep();
+  const JobFacts facts = f.index.lookup({saker::plugins::JobRef::Kind::plain, 1, 0});
+  CHECK(facts.state == JobFacts::State::malformed);
+  CHECK_FALSE(facts.problem.empty());
+}
+
+TEST_CASE("asking for an id above every id seen makes the index load it soon", "[job_submit][index]") {
+  Fixture f;
+  f.slurm.create(1);
+  f.index.sweep();
+  CHECK_FALSE(f.index.due());
+  f.slurm.create(2, false);  // submitted without datasets: nothing expected
+  CHECK_FALSE(f.known(2));   // not seen yet: unknown, and wanted
+  CHECK(f.index.due());
+  f.index.sweep();
+  CHECK(f.known(2));
+  CHECK(f.out.empty());
+  CHECK_FALSE(f.index.due());
 }

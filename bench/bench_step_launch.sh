@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# Step launch with spank_saker.so vs without it, same cluster, same run (target: <= 1.05x
+# wall time, and no extra RPCs to slurmctld per node). One local cluster of N nodes
+# (default 32 slurmd on this machine, saker-cluster --nodes N) holds one allocation of
+# every node that declares a restricted dataset with a grant; the sides take turns
+# (without, with, without, ..., without) launching `srun --jobid=J --overlap -N N true`
+# steps. "With" declares the job's dataset on the step, so every node runs the whole
+# launch check (node record, zone, grant); "without" swaps plugstack.conf for an empty one
+# (slurmstepd reads it per step, so no restart is needed). Each round compares a turn
+# with the plugin with the two turns without it around it; the median and the spread of
+# the per-round ratios are printed, with slurmctld's RPCs per step on each side (sdiag).
+# A third side runs the plugin with gpu-affinity=none: the residency check's own cost.
+#
+# Env: SAKER_BENCH_NODES (default 32), SAKER_BENCH_STEPS (steps per turn, default 5),
+# SAKER_BENCH_ROUNDS (turns with the plugin, default 6).
+set -euo pipefail
+SRC=${SAKER_SRCDIR:-%%SAKER_SRCDIR%%}
+BUILD=${SAKER_BUILDDIR:-%%SAKER_BUILDDIR%%}
+NODES=${SAKER_BENCH_NODES:-32}
+STEPS=${SAKER_BENCH_STEPS:-5}
+ROUNDS=${SAKER_BENCH_ROUNDS:-6}
+[[ $(id -u) == 0 ]] || { echo "bench_step_launch: needs root (real Slurm daemons); skipped"; exit 0; }
+scratch=$(mktemp -d /tmp/saker-bench-step-XXXXXX)
+chmod 755 "$scratch"
+prefix="$scratch/cluster"
+cleanup() {
+  "$SRC/scripts/saker-cluster" down --prefix "$prefix" >/dev/null 2>&1 || true
+  rm -rf "$scratch"
+}
+trap cleanup EXIT
+
+cat >"$scratch/policy.yaml" <<POLICY
+version: 1
+unknown_datasets: deny
+rules: {residency: enforce, access: enforce, gpu: enforce, locality: enforce}
+classifications:
+  - name: restricted
+    requires_grant: true
+zones:
+  - name: here
+    country: AE
+partitions:
+  - name: all
+    zone: here
+    nodes: saker[1-$NODES]
+    default: true
+datasets:
+  - name: records
+    classification: restricted
+    zones: [here]
+grants:
+  - accounts: [bench]
+    datasets: [records]
+POLICY
+
+for attempt in 1 2 3 4 5; do
+  port=$((24000 + RANDOM % 5000))
+  "$SRC/scripts/saker-cluster" up --prefix "$prefix" --port-base "$port" --build-dir "$BUILD" --nodes "$NODES" \
+    --cpus-per-node 2 --policy "$scratch/policy.yaml" --partitions "all=saker[1-$NODES]" >"$scratch/up.log" 2>&1 && rc=0 || rc=$?
+  ((rc == 4)) || break
+done
+if ((rc != 0)); then cat "$scratch/up.log" >&2; echo "bench_step_launch: the cluster did not come up (above)" >&2; exit 1; fi
+export SLURM_CONF=$prefix/etc/slurm.conf
+plugstack=$prefix/etc/plugstack.conf
+cp "$plugstack" "$scratch/plugstack.with"
+echo "# empty: the side without spank_saker.so" >"$scratch/plugstack.without"
+# The residency check alone: the same plugin with its affinity planning off.
+sed '/spank_saker.so/ s/$/ gpu-affinity=none/' "$plugstack" >"$scratch/plugstack.residency"
+
+job=$(sbatch --parsable -N "$NODES" -A bench --dataset=records -o /dev/null --wrap 'sleep 3600')
+for _ in $(seq 1 150); do
+  [[ $(squeue -h -j "$job" -o %T) == RUNNING ]] && break
+  sleep 0.2
+done
+[[ $(squeue -h -j "$job" -o %T) == RUNNING ]] || { echo "bench_step_launch: the allocation did not start" >&2; exit 1; }
+
+rpc_total() { sdiag | awk '/Remote Procedure Call statistics by message type/ { on = 1; next } /Remote Procedure Call statistics by user/ { on = 0 } on && /count:/ { sub(/.*count:/, ""); n += $1 } END { print n + 0 }'; }
+
+# turn SIDE: STEPS steps; prints the mean wall ms per step and appends "RPCS STEPS" to
+# $scratch/rpcs.SIDE (turn runs in a subshell: files, not variables).
+turn() {
+  local side=$1 start end i extra=()
+  cp "$scratch/plugstack.$side" "$plugstack"
+  [[ $side != without ]] && extra=(--dataset=records)
+  srun --jobid="$job" --overlap -N "$NODES" -n "$NODES" "${extra[@]}" true  # untimed: warm
+  sdiag -r >/dev/null
+  start=$(date +%s%N)
+  for ((i = 0; i < STEPS; i++)); do
+    srun --jobid="$job" --overlap -N "$NODES" -n "$NODES" "${extra[@]}" true
+  done
+  end=$(date +%s%N)
+  echo "$(rpc_total) $STEPS" >>"$scratch/rpcs.$side"
+  echo $(((end - start) / STEPS / 1000000))
+}
+
+# The check must really run on every node with the plugin (or the comparison means nothing).
+cp "$scratch/plugstack.with" "$plugstack"
+if srun --jobid="$job" --overlap -N "$NODES" -n "$NODES" --dataset=records,other true 2>/dev/null; then
+  echo "bench_step_launch: a step declaring an unknown dataset was not refused: the check is not running" >&2
+  exit 1
+fi
+
+echo "step launch on $NODES nodes (slurmd processes on $(nproc) cores), $STEPS steps per turn, $ROUNDS rounds"
+ratio() { awk -v w="$1" -v a="$2" -v b="$3" 'BEGIN { printf "%.3f", w / ((a + b) / 2) }'; }
+summary() {  # summary LABEL RATIOS...
+  local label=$1 sorted median
+  shift
+  sorted=$(printf '%s\n' "$@" | sort -n)
+  median=$(awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }' <<<"$sorted")
+  printf 'ratio %s/without (median of %d rounds): %s (min %s, max %s; target <= 1.05)\n' \
+    "$label" "$#" "$median" "$(head -n1 <<<"$sorted")" "$(tail -n1 <<<"$sorted")"
+}
+prev=$(turn without)
+whole=() residency=()
+for ((r = 1; r <= ROUNDS; r++)); do
+  w=$(turn with)
+  mid=$(turn without)
+  c=$(turn residency)
+  next=$(turn without)
+  whole+=("$(ratio "$w" "$prev" "$mid")")
+  residency+=("$(ratio "$c" "$mid" "$next")")
+  printf '  round %d: without %d, whole plugin %d, without %d, residency check only %d, without %d ms: ratios %s %s\n' \
+    "$r" "$prev" "$w" "$mid" "$c" "$next" "${whole[-1]}" "${residency[-1]}"
+  prev=$next
+done
+summary "whole plugin (residency + affinity)" "${whole[@]}"
+summary "residency check only (gpu-affinity=none)" "${residency[@]}"
+per_step() { awk '{ r += $1; s += $2 } END { printf "%.1f", r / s }' "$scratch/rpcs.$1"; }
+awk -v a="$(per_step with)" -v c="$(per_step residency)" -v b="$(per_step without)" -v n="$NODES" \
+  'BEGIN { printf "slurmctld RPCs per step (sdiag): with %.1f, residency only %.1f, without %.1f (%d nodes; extra per node: %.3f)\n", a, c, b, n, (a - b) / n }'
+scancel "$job"

@@ -1,0 +1,112 @@
+#include "plugins/spank/node_record.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "common/error.hpp"
+
+namespace saker::spank {
+
+namespace {
+
+bool safe_name(const std::string& s) { return !s.empty() && s != "." && s != ".." && s.find('/') == std::string::npos && s.find('\n') == std::string::npos; }
+
+std::string one_line(const std::string& s) {
+  std::string out = s;
+  for (char& c : out)
+    if (c == '\n' || c == '\r') c = ' ';
+  return out;
+}
+
+}  // namespace
+
+std::string format_node_record(const NodeRecord& r) {
+  std::ostringstream out;
+  out << "saker-node-record 1\n"
+      << "job_id=" << r.job_id << "\n"
+      << "uid=" << r.uid << "\n"
+      << "user=" << one_line(r.user) << "\n"
+      << "account=" << one_line(r.account) << "\n"
+      << "datasets=" << policy::format_dataset_list(r.datasets) << "\n"
+      << "problem=" << one_line(r.problem) << "\n"
+      << "verdict=" << one_line(r.verdict) << "\n"
+      << "verdict_message=" << one_line(r.verdict_message) << "\n"
+      << "policy_id=" << one_line(r.policy_id) << "\n";
+  return out.str();
+}
+
+NodeRecord parse_node_record(const std::string& text) {
+  std::istringstream in(text);
+  std::string line;
+  if (!std::getline(in, line) || line != "saker-node-record 1")
+    throw Error("node record: not a saker node record (first line '" + line + "')");
+  NodeRecord r;
+  int seen = 0;
+  while (std::getline(in, line)) {
+    const auto eq = line.find('=');
+    if (eq == std::string::npos) throw Error("node record: line without '=': " + line);
+    const std::string key = line.substr(0, eq), value = line.substr(eq + 1);
+    ++seen;
+    if (key == "job_id") r.job_id = static_cast<std::uint32_t>(std::stoul(value));
+    else if (key == "uid") r.uid = static_cast<std::uint32_t>(std::stoul(value));
+    else if (key == "user") r.user = value;
+    else if (key == "account") r.account = value;
+    else if (key == "datasets") r.datasets = value.empty() ? std::vector<policy::DatasetRef>{} : policy::parse_dataset_list(value);
+    else if (key == "problem") r.problem = value;
+    else if (key == "verdict") r.verdict = value;
+    else if (key == "verdict_message") r.verdict_message = value;
+    else if (key == "policy_id") r.policy_id = value;
+    else throw Error("node record: unknown key '" + key + "'");
+  }
+  if (seen != 9) throw Error("node record: " + std::to_string(seen) + " fields, expected 9 (a truncated file?)");
+  return r;
+}
+
+std::string policy_file_id(const std::string& path) {
+  struct stat st {};
+  if (path.empty() || ::stat(path.c_str(), &st) != 0) return "";
+  return std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + ":" +
+         std::to_string(st.st_size) + ":" + std::to_string(st.st_ino);
+}
+
+std::string node_record_path(const std::string& dir, const std::string& node, std::uint32_t job_id) {
+  if (!safe_name(node)) throw Error("node record: unusable node name '" + node + "'");
+  return dir + "/" + node + "/job-" + std::to_string(job_id);
+}
+
+void write_node_record(const std::string& path, const NodeRecord& r) {
+  const std::string node_dir = path.substr(0, path.rfind('/'));
+  const std::string dir = node_dir.substr(0, node_dir.rfind('/'));
+  for (const std::string& d : {dir, node_dir})
+    if (::mkdir(d.c_str(), 0700) != 0 && errno != EEXIST)
+      throw Error("node record: cannot create " + d + ": " + std::strerror(errno));
+  const std::string tmp = path + ".tmp" + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) throw Error("node record: cannot create " + tmp + ": " + std::strerror(errno));
+  const std::string text = format_node_record(r);
+  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  ::close(fd);
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    throw Error("node record: cannot write " + path + ": " + std::strerror(errno));
+  }
+}
+
+std::optional<NodeRecord> read_node_record(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    if (errno == ENOENT) return std::nullopt;
+    throw Error("node record: cannot read " + path + ": " + std::strerror(errno));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_node_record(text.str());
+}
+
+}  // namespace saker::spank
