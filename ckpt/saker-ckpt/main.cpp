@@ -19,6 +19,7 @@
 
 #include "ckpt/policy_guard.hpp"
 #include "common/error.hpp"
+#include "common/version.hpp"
 #include "common/log.hpp"
 #include "saker/ckpt.hpp"
 
@@ -211,6 +212,7 @@ int cmd_prune(const fs::path& dir, std::uint32_t keep, std::uint64_t keep_every)
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (saker::print_version_if_asked(argc, argv, "saker-ckpt")) return 0;
   std::string command;
   std::vector<std::string> targets;
   std::uint32_t keep = 0;

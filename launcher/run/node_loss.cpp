@@ -12,6 +12,7 @@
 
 #include "common/hostlist.hpp"
 #include "common/log.hpp"
+#include "common/slurm_compat.hpp"
 #include "launcher/run/process.hpp"
 
 namespace saker::run {
@@ -19,7 +20,7 @@ namespace {
 
 void say(const std::string& line) { log::info("saker-run: " + line); }
 
-std::string slurm_error_text() { return slurm_strerror(slurm_get_errno()); }
+std::string slurm_error_text() { return slurm_compat::last_error_text(); }
 
 uint32_t job_number(const std::string& job_id) { return static_cast<uint32_t>(std::strtoul(job_id.c_str(), nullptr, 10)); }
 
@@ -53,7 +54,7 @@ bool evacuate_and_requeue(const std::string& job_id, const std::string& nodelist
   if (!kept.empty()) {
     job_desc_msg_t shrink;
     slurm_init_job_desc_msg(&shrink);
-    shrink.job_id = id;
+    slurm_compat::desc_job_id(shrink) = id;
     shrink.req_nodes = const_cast<char*>(kept.c_str());
     if (slurm_update_job(&shrink) != SLURM_SUCCESS) {
       log::warn("saker-run: cannot release " + lost_list + " from job " + job_id + " (" + slurm_error_text() +
@@ -63,7 +64,7 @@ bool evacuate_and_requeue(const std::string& job_id, const std::string& nodelist
     }
   }
   // 2. Requeue.
-  if (slurm_requeue(id, 0) != SLURM_SUCCESS) {
+  if (slurm_compat::requeue(id, 0) != SLURM_SUCCESS) {
     log::error("saker-run: cannot requeue job " + job_id + " (" + slurm_error_text() +
                "); submit it with --requeue and check JobRequeue in slurm.conf");
     return false;
@@ -77,7 +78,7 @@ bool evacuate_and_requeue(const std::string& job_id, const std::string& nodelist
   if (helper == 0) {
     job_desc_msg_t pending;
     slurm_init_job_desc_msg(&pending);
-    pending.job_id = id;
+    slurm_compat::desc_job_id(pending) = id;
     pending.exc_nodes = const_cast<char*>(lost_list.c_str());
     pending.min_nodes = node_count;
     pending.max_nodes = node_count;

@@ -7,11 +7,13 @@
 #include <string>
 
 #include "common/error.hpp"
+#include "common/version.hpp"
 #include "common/log.hpp"
 #include "launcher/run/launcher.hpp"
 #include "launcher/run/options.hpp"
 
 int main(int argc, char** argv) {
+  if (saker::print_version_if_asked(argc, argv, "saker-run")) return 0;
   using namespace saker::run;
   RunOptions options;
   std::string help;

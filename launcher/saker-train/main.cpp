@@ -12,6 +12,7 @@
 
 #include "ckpt/policy_guard.hpp"
 #include "common/error.hpp"
+#include "common/version.hpp"
 #include "common/log.hpp"
 #include "launcher/train/ckpt_store.hpp"
 #include "launcher/train/dataset.hpp"
@@ -153,6 +154,7 @@ int run_training(const std::vector<std::string>& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (saker::print_version_if_asked(argc, argv, "saker-train")) return 0;
   std::vector<std::string> args(argv + 1, argv + argc);
   const bool make = !args.empty() && args[0] == "make-data";
   if (!args.empty() && (args[0] == "make-data" || args[0] == "train")) args.erase(args.begin());

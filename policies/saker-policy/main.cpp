@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "common/version.hpp"
 #include "policies/audit.hpp"
 #include "policies/audit_head.hpp"
 #include "saker/policy.hpp"
@@ -38,7 +39,7 @@ const char* kUsageText =
     "                       [--features F] [--node NODE] [--max-bytes N]\n"
     "  saker-policy audit verify FILE [--key KEYFILE] [--no-head]\n"
     "  saker-policy audit show FILE [--last N]\n"
-    "  saker-policy --help\n"
+    "  saker-policy --help | --version\n"
     "\n"
     "Exit codes: 0 valid / allowed / intact, 1 denied (explain) or tampered (audit verify),\n"
     "2 usage error, 3 the policy does not load, 4 a file cannot be read.\n";
@@ -174,6 +175,7 @@ int audit_cmd(const std::vector<std::string>& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (saker::print_version_if_asked(argc, argv, "saker-policy")) return 0;
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     std::cout << "saker-policy: check Saker data policies, explain decisions, verify the audit trail.\n\n" << kUsageText;

@@ -71,5 +71,11 @@ for f in plugstack.conf.d/saker.conf job_submit_saker.conf saker-policy.yaml; do
 done
 check "the example policy passes the installed saker-policy check" \
   env LD_LIBRARY_PATH="$(D "$libdir")" "$(D "$bindir")/saker-policy" check "$ex/saker-policy.yaml"
+# Every tool says the same version (saker-cluster is a script with its own copy).
+want=$(env LD_LIBRARY_PATH="$(D "$libdir")" "$(D "$bindir")/saker-policy" --version | awk '{ print $3 }')
+for t in saker-topo saker-ckpt saker-run saker-train saker-cluster; do
+  got=$(env LD_LIBRARY_PATH="$(D "$libdir")" "$(D "$bindir")/$t" --version 2>/dev/null | awk '{ print $3 }' | tr -d ,) || true
+  if [[ -n $want && $got == "${want%,}" ]]; then ok "$t --version says ${want%,}"; else bad "$t --version says '$got', not '${want%,}'"; fi
+done
 echo "$pass passed, $fail failed"
 [[ $fail -eq 0 ]]

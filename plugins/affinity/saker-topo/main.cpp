@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "common/version.hpp"
 #include "common/error.hpp"
 #include "plugins/affinity/gres_check.hpp"
 #include "plugins/affinity/plan_table.hpp"
@@ -84,11 +85,12 @@ int plan(const aff::Machine& machine, const std::string& gpus, const std::string
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (saker::print_version_if_asked(argc, argv, "saker-topo")) return 0;
   std::string command, file, topology, gpus, cpuset, node, format = "table";
   unsigned ntasks = 0;
   bool shared = false;
   po::options_description opts("Options");
-  opts.add_options()("help,h", "show this help")("topology", po::value(&topology), "hwloc XML file (default: this machine)")(
+  opts.add_options()("help,h", "show this help")("version", "print Saker's version (first argument only)")("topology", po::value(&topology), "hwloc XML file (default: this machine)")(
       "ntasks-per-node", po::value(&ntasks), "local tasks (plan)")("gpus", po::value(&gpus),
                                                                     "the step's GPU indexes, e.g. 0-3 (plan)")(
       "cpuset", po::value(&cpuset), "allowed CPUs, e.g. 0-15 (plan; default: the topology's allowed CPUs)")(

@@ -1,0 +1,50 @@
+// Slurm's C API where it differs between the releases Saker supports (22.05 to 26.05), in
+// one place, chosen at compile time from SLURM_VERSION_NUMBER. The job_submit plugin's own
+// entry points (job_modify gained err_msg in 23.02) are chosen in the plugin itself.
+// tests/scripts/slurm_headers_compat.sh compiles every Slurm-facing file against each
+// vendored release's headers.
+#pragma once
+
+#include <slurm/slurm.h>
+#include <slurm/slurm_errno.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <string>
+
+namespace saker::slurm_compat {
+
+// 23.11 made hostlist_t the struct itself; before, it was the pointer to it.
+#if SLURM_VERSION_NUMBER >= SLURM_VERSION_NUM(23, 11, 0)
+using Hostlist = hostlist_t*;
+#else
+using Hostlist = hostlist_t;
+#endif
+
+// The reason of the last failed libslurm call. slurm_get_errno() is gone in 24.05; it only
+// ever returned errno, which libslurm sets in every release.
+inline std::string last_error_text() { return slurm_strerror(errno); }
+inline int last_error() { return errno; }
+
+// 26.05 names a job by slurm_step_id_t (job id and sluid) in slurm_load_job(),
+// slurm_requeue() and job_desc_msg_t.
+#if SLURM_VERSION_NUMBER >= SLURM_VERSION_NUM(26, 5, 0)
+inline slurm_step_id_t step_id_of(std::uint32_t job_id) {
+  slurm_step_id_t id = SLURM_STEP_ID_INITIALIZER;
+  id.job_id = job_id;
+  return id;
+}
+inline int load_job(job_info_msg_t** out, std::uint32_t job_id, std::uint16_t flags) {
+  return slurm_load_job(out, step_id_of(job_id), flags);
+}
+inline int requeue(std::uint32_t job_id, std::uint32_t flags) { return slurm_requeue(step_id_of(job_id), flags); }
+inline std::uint32_t& desc_job_id(job_desc_msg_t& d) { return d.step_id.job_id; }
+#else
+inline int load_job(job_info_msg_t** out, std::uint32_t job_id, std::uint16_t flags) {
+  return slurm_load_job(out, job_id, flags);
+}
+inline int requeue(std::uint32_t job_id, std::uint32_t flags) { return slurm_requeue(job_id, flags); }
+inline std::uint32_t& desc_job_id(job_desc_msg_t& d) { return d.job_id; }
+#endif
+
+}  // namespace saker::slurm_compat
