@@ -38,13 +38,20 @@ inline int load_job(job_info_msg_t** out, std::uint32_t job_id, std::uint16_t fl
   return slurm_load_job(out, step_id_of(job_id), flags);
 }
 inline int requeue(std::uint32_t job_id, std::uint32_t flags) { return slurm_requeue(step_id_of(job_id), flags); }
-inline std::uint32_t& desc_job_id(job_desc_msg_t& d) { return d.step_id.job_id; }
+// The job id of a job_desc_msg_t or slurm_job_info_t.
+template <class Record>
+auto& job_id_field(Record& r) {
+  return r.step_id.job_id;
+}
 #else
 inline int load_job(job_info_msg_t** out, std::uint32_t job_id, std::uint16_t flags) {
   return slurm_load_job(out, job_id, flags);
 }
 inline int requeue(std::uint32_t job_id, std::uint32_t flags) { return slurm_requeue(job_id, flags); }
-inline std::uint32_t& desc_job_id(job_desc_msg_t& d) { return d.job_id; }
+template <class Record>
+auto& job_id_field(Record& r) {
+  return r.job_id;
+}
 #endif
 
 }  // namespace saker::slurm_compat

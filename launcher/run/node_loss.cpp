@@ -54,7 +54,7 @@ bool evacuate_and_requeue(const std::string& job_id, const std::string& nodelist
   if (!kept.empty()) {
     job_desc_msg_t shrink;
     slurm_init_job_desc_msg(&shrink);
-    slurm_compat::desc_job_id(shrink) = id;
+    slurm_compat::job_id_field(shrink) = id;
     shrink.req_nodes = const_cast<char*>(kept.c_str());
     if (slurm_update_job(&shrink) != SLURM_SUCCESS) {
       log::warn("saker-run: cannot release " + lost_list + " from job " + job_id + " (" + slurm_error_text() +
@@ -78,7 +78,7 @@ bool evacuate_and_requeue(const std::string& job_id, const std::string& nodelist
   if (helper == 0) {
     job_desc_msg_t pending;
     slurm_init_job_desc_msg(&pending);
-    slurm_compat::desc_job_id(pending) = id;
+    slurm_compat::job_id_field(pending) = id;
     pending.exc_nodes = const_cast<char*>(lost_list.c_str());
     pending.min_nodes = node_count;
     pending.max_nodes = node_count;

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "common/log.hpp"
+#include "common/slurm_compat.hpp"
 #include "plugins/c_boundary.hpp"
 #include "plugins/common/job_ref.hpp"
 #include "plugins/job_submit/decide.hpp"
@@ -103,7 +104,8 @@ int submit(job_desc_msg_t* job, uint32_t uid, char** err_msg) {
 // The id as the update names it: text for "12_3" and "12+1", else the number.
 std::string update_ref(const job_desc_msg_t& job) {
   if (job.job_id_str != nullptr && *job.job_id_str != '\0') return job.job_id_str;
-  if (job.job_id != NO_VAL && job.job_id != 0) return std::to_string(job.job_id);
+  const std::uint32_t id = saker::slurm_compat::job_id_field(job);
+  if (id != NO_VAL && id != 0) return std::to_string(id);
   return "";
 }
 
@@ -121,7 +123,7 @@ int modify(job_desc_msg_t* job, uint32_t uid, char** err_msg) {
   if (job->account != nullptr) u.request.account = job->account;
   if (job->admin_comment != nullptr) u.admin_comment = job->admin_comment;
   if (const auto ref = saker::plugins::parse_job_ref(u.ref_text)) u.facts = g_service->facts_of(*ref);
-  saker::log::debug("job_submit/saker: update of job '" + u.ref_text + "' (job_id " + std::to_string(job->job_id) + ")");
+  saker::log::debug("job_submit/saker: update of job '" + u.ref_text + "' (job_id " + std::to_string(saker::slurm_compat::job_id_field(*job)) + ")");
   return carry_out(decide_modify(policy_view(), u), job, err_msg);
 }
 

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "common/slurm_compat.hpp"
+
 namespace saker::job_submit {
 
 std::uint32_t gpus_in_tres(const char* tres) {
@@ -46,8 +48,9 @@ policy::JobRequest request_from(const job_desc_msg_t& job, std::uint32_t submit_
   q.gpus = per_job;
   if (q.gpus == 0 && per_node > 0) q.gpus = per_node * std::max<std::uint32_t>(q.nodes, 1);
   if (q.gpus == 0 && q.gpus_per_task > 0) q.gpus = q.gpus_per_task * std::max<std::uint32_t>(q.ntasks, 1);
-  if (job.job_id != NO_VAL) q.job_id = job.job_id;
+  if (slurm_compat::job_id_field(job) != NO_VAL) q.job_id = slurm_compat::job_id_field(job);
   return q;
 }
 
 }  // namespace saker::job_submit
+

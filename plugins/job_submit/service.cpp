@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "common/log.hpp"
+#include "common/slurm_compat.hpp"
 #include "policies/audit_head.hpp"
 
 extern "C" {
@@ -34,9 +35,9 @@ void collect(const job_info_msg_t& msg, std::vector<IndexedJob>& out) {
   for (std::uint32_t i = 0; i < msg.record_count; ++i) {
     const slurm_job_info_t& job = msg.job_array[i];
     IndexedJob j;
-    j.id = job.job_id;
+    j.id = slurm_compat::job_id_field(job);
     // A split-off array task has an id of its own; the array's record keeps array_job_id.
-    j.array_task = job.array_job_id != 0 && job.array_job_id != job.job_id;
+    j.array_task = job.array_job_id != 0 && job.array_job_id != j.id;
     j.marker = plugins::read_marker(job.admin_comment);
     if (job.array_job_id != 0 && job.array_job_id != NO_VAL) {
       j.array_job_id = job.array_job_id;
@@ -61,8 +62,8 @@ class SlurmJobSource final : public JobSource {
  public:
   Found load_one(std::uint32_t id, std::vector<IndexedJob>& out) override {
     job_info_msg_t* msg = nullptr;
-    if (slurm_load_job(&msg, id, SHOW_ALL | SHOW_LOCAL) != SLURM_SUCCESS || msg == nullptr)
-      return slurm_get_errno() == ESLURM_INVALID_JOB_ID ? Found::no : Found::error;
+    if (slurm_compat::load_job(&msg, id, SHOW_ALL | SHOW_LOCAL) != SLURM_SUCCESS || msg == nullptr)
+      return slurm_compat::last_error() == ESLURM_INVALID_JOB_ID ? Found::no : Found::error;
     collect(*msg, out);
     const bool any = msg->record_count > 0;
     slurm_free_job_info_msg(msg);

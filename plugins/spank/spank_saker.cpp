@@ -16,6 +16,7 @@ extern "C" {
 
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "common/version.hpp"
 #include "plugins/c_boundary.hpp"
 #include "plugins/spank/affinity_step.hpp"
 #include "plugins/spank/config.hpp"
@@ -99,7 +100,11 @@ int export_policy_path(spank_t sp) {
 
 extern "C" int slurm_spank_init(spank_t sp, int argc, char** argv) {
   return saker::plugin::guarded("slurm_spank_init", -1, [&] {
-    if (spank_context() == S_CTX_REMOTE) saker::plugin::log_to_slurm();
+    if (spank_context() == S_CTX_REMOTE) {
+      saker::plugin::log_to_slurm();
+      // Once per step in slurmd's log (verbose level): which Saker the node runs.
+      slurm_verbose("saker: %s", saker::version_line("spank_saker.so").c_str());
+    }
     try {
       g_state.config = saker::spank::parse_config(plugin_args(argc, argv));
     } catch (const saker::Error& e) {
