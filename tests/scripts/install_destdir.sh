@@ -14,9 +14,11 @@ ok() { echo "ok - $*"; pass=$((pass + 1)); }
 bad() { echo "not ok - $*"; fail=$((fail + 1)); }
 check() { local what=$1; shift; if "$@" >/dev/null 2>&1; then ok "$what"; else bad "$what"; fi; }
 
-eval "$(make -s -C "$build" print-install-dirs)"
+# A make of its own (not the make check that runs this): no jobserver, no directory lines.
+submake() { env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s --no-print-directory -C "$build" "$@"; }
+eval "$(submake print-install-dirs)"
 echo "# installing into DESTDIR=$dest (prefix $prefix, plugins $plugindir)"
-make -s -C "$build" install DESTDIR="$dest" >"$dest.log" 2>&1 || { tail -30 "$dest.log"; rm -f "$dest.log"; exit 1; }
+submake install DESTDIR="$dest" >"$dest.log" 2>&1 || { tail -30 "$dest.log"; rm -f "$dest.log"; exit 1; }
 rm -f "$dest.log"
 D() { echo "$dest$1"; }
 

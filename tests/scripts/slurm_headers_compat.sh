@@ -19,7 +19,7 @@ if ((${#tarballs[@]} == 0)); then
   echo "skipped: no Slurm release sources in $vendor (set SAKER_SLURM_VENDOR to a folder of slurm-X.Y.Z.tar.xz)"
   exit 77
 fi
-eval "$(make -s -C "$build" print-compile-flags)"
+eval "$(env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s --no-print-directory -C "$build" print-compile-flags)"
 # Every source that includes a Slurm header, directly or through one of our headers (the
 # plugins, the hostlist wrapper, saker-run's Slurm helpers).
 slurm_include='#include <slurm/(slurm|spank|slurm_errno)\.h>'
