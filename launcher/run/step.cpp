@@ -20,7 +20,7 @@ namespace saker::run {
 namespace {
 
 bool is_preempted_status(int status) { return WIFEXITED(status) && WEXITSTATUS(status) == kPreemptedExitCode; }
-bool is_refused_status(int status) { return WIFEXITED(status) && WEXITSTATUS(status) == kRefusedExitCode; }
+bool is_refused_status(int status) { return WIFEXITED(status) && is_refusal_exit_code(WEXITSTATUS(status)); }
 
 class LocalStep final : public Step {
  public:
@@ -78,6 +78,7 @@ class LocalStep final : public Step {
     if (failed_rank_ >= 0) {
       out.detail = "rank " + std::to_string(failed_rank_) + " " + describe_wait_status(status_[failed_rank_]);
       out.refused = is_refused_status(status_[failed_rank_]);
+      if (out.refused) out.refused_code = WEXITSTATUS(status_[failed_rank_]);
     } else if (out.all_preempted) {
       out.detail = "all ranks exited with the preempted code " + std::to_string(kPreemptedExitCode);
     } else if (!out.all_ok) {
@@ -112,6 +113,7 @@ class SrunStep final : public Step {
     join_relay();
     status_ = 0;
     failure_seen_ = false;
+    first_failure_ = TaskFailure{};
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) != 0) {
       throw Error(explain("cannot create a pipe for srun's stderr", std::strerror(errno), "check ulimit -n"));
@@ -145,10 +147,16 @@ class SrunStep final : public Step {
     StepResult out;
     out.all_ok = WIFEXITED(status_) && WEXITSTATUS(status_) == 0;
     out.all_preempted = is_preempted_status(status_);
-    out.detail = "srun " + describe_wait_status(status_);
-    // srun exits with the highest task exit code; ranks refuse together (same settings), so
-    // 78 arrives unless a rank was killed first (then the step is restarted once more).
-    out.refused = is_refused_status(status_);
+    // srun's own status (e.g. 143 when it stopped the step) says little; the first task
+    // it reported failed says which rank, where and how.
+    out.detail = first_failure_.detail.empty() ? "srun " + describe_wait_status(status_) : first_failure_.detail;
+    if (first_failure_.exit_code >= 0) {
+      out.refused = is_refusal_exit_code(first_failure_.exit_code);
+      out.refused_code = first_failure_.exit_code;
+    } else if (first_failure_.detail.empty()) {
+      out.refused = is_refused_status(status_);
+      out.refused_code = WIFEXITED(status_) ? WEXITSTATUS(status_) : 0;
+    }
     return out;
   }
 
@@ -174,6 +182,7 @@ class SrunStep final : public Step {
           continue;
         }
         if (!failure_seen_.load() && is_srun_task_failure_line(line)) failure_seen_ = true;
+        if (first_failure_.detail.empty()) first_failure_ = parse_srun_task_failure(line);
         line.clear();
       }
     }
@@ -188,6 +197,7 @@ class SrunStep final : public Step {
   int status_ = 0;
   std::thread relay_;
   std::atomic<bool> failure_seen_{false};
+  TaskFailure first_failure_;  // written by the relay thread, read after it is joined
 };
 
 }  // namespace

@@ -17,7 +17,8 @@ struct StepResult {
   bool all_ok = false;         // every rank (or srun) exited 0
   bool all_preempted = false;  // every rank that exited on its own used kPreemptedExitCode
   std::string detail;          // what ended the step, for logs and the summary
-  bool refused = false;        // the failing rank (or srun) exited with kRefusedExitCode
+  bool refused = false;        // the failing rank exited with a refusal code (is_refusal_exit_code)
+  int refused_code = 0;        // which one
 };
 
 class Step {
