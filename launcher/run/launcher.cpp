@@ -294,7 +294,7 @@ int run_supervised(const RunOptions& o, const std::string& self) {
           grace_deadline = now + o.grace_s;
           say("attempt " + std::to_string(attempt.number) + " " + stopped_why + ": sending SIGTERM, then SIGKILL after " +
               seconds_text(o.grace_s) + " s (--grace)");
-          step->forward(SIGTERM);
+          step->terminate();
         }
       }
     }

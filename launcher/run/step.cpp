@@ -1,12 +1,15 @@
 #include "launcher/run/step.hpp"
 
 #include <fcntl.h>
+#include <slurm/slurm.h>
+#include <slurm/slurm_errno.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -132,6 +135,18 @@ class SrunStep final : public Step {
   // srun relays SIGTERM, SIGUSR1 and SIGUSR2 to every task of the step.
   void forward(int sig) override { if (pid_ > 0) ::kill(pid_, sig); }
   void kill_all() override { forward(SIGKILL); }
+  // srun takes SIGTERM as "cancel the step" and SIGKILLs the tasks at once: no grace. So
+  // the tasks are signalled through slurmctld, as `scancel -s TERM JOBID` does (every step
+  // of the job, never the batch shell, which is this saker-run).
+  void terminate() override {
+    const char* job = std::getenv("SLURM_JOB_ID");
+    const unsigned long id = job != nullptr ? std::strtoul(job, nullptr, 10) : 0;
+    if (id == 0 || slurm_kill_job(static_cast<uint32_t>(id), SIGTERM, 0) != SLURM_SUCCESS) {
+      log::warn(std::string("saker-run: cannot signal the ranks of job ") + (job != nullptr ? job : "?") +
+                " through slurmctld (" + slurm_strerror(slurm_get_errno()) + "); stopping srun instead");
+      forward(SIGTERM);
+    }
+  }
 
   bool reap() override {
     if (pid_ <= 0) return true;

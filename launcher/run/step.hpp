@@ -2,6 +2,7 @@
 // processes (saker-run --local). The supervisor only sees this interface.
 #pragma once
 
+#include <signal.h>
 #include <sys/types.h>
 
 #include <memory>
@@ -28,6 +29,9 @@ class Step {
   virtual void start(const Env& env, const sigset_t& child_mask) = 0;
   // Passes a signal on to every rank.
   virtual void forward(int sig) = 0;
+  // Asks every rank to stop (SIGTERM) so it can checkpoint; the caller SIGKILLs after its
+  // grace period.
+  virtual void terminate() { forward(SIGTERM); }
   // SIGKILLs everything still running.
   virtual void kill_all() = 0;
   // Reaps what has exited (never blocks); true once the whole step has ended.
