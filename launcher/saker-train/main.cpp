@@ -36,18 +36,20 @@ std::string env_or(const char* name, const std::string& fallback) {
   return v != nullptr && *v != '\0' ? v : fallback;
 }
 
+const char* kMakeDataExitCodes = "Exit codes (saker(7)): 0 written, 1 error (message on stderr), 2 usage error.\n";
 const char* kExitCodes =
-    "Exit codes: 0 done, 1 error (message on stderr), 2 usage error,\n"
+    "Exit codes (saker(7)): 0 done, 1 error (message on stderr), 2 usage error,\n"
     "75 stopped by SIGTERM/SIGUSR1 after an emergency checkpoint (requeue to resume),\n"
     "78 refused, and retrying will not help: a checkpoint refused by the site policy (--policy: wrong\n"
     "zone or no key), or --device gpu where a rank cannot allreduce with NCCL on a GPU.\n";
 
 // Parses args against d; prints the help (with the exit codes) and returns false on --help.
-bool parse_options(const std::vector<std::string>& args, const po::options_description& d) {
+bool parse_options(const std::vector<std::string>& args, const po::options_description& d,
+                   const char* exit_codes = kExitCodes) {
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(d).run(), vm);
   if (vm.count("help")) {
-    std::cout << d << "\n" << kExitCodes;
+    std::cout << d << "\n" << exit_codes;
     return false;
   }
   po::notify(vm);
@@ -69,7 +71,7 @@ int make_data(const std::vector<std::string>& args) {
       ("spread", po::value<double>(&spec.spread)->default_value(3.0), "blob standard deviation (higher: harder)")
       ("seed", po::value<std::uint64_t>(&spec.seed)->default_value(1), "random seed")
       ("progress", po::bool_switch(&progress), "show progress (count and ETA) even when stderr is not a terminal");
-  if (!parse_options(args, d)) return kExitOk;
+  if (!parse_options(args, d, kMakeDataExitCodes)) return kExitOk;
   CountProgress bar("saker-train: make-data", "rows", progress);
   write_dataset(make_synthetic(spec, [&](int done, int total) { bar.update(done, total); }), out);
   std::printf("saker-train: wrote %d x %d samples, %d classes to %s\n", spec.rows, spec.features, spec.classes, out.c_str());
