@@ -13,6 +13,7 @@
 #include "ckpt/policy_guard.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "launcher/run/heartbeat.hpp"
 #include "launcher/train/ckpt_store.hpp"
 #include "launcher/train/dataset.hpp"
 #include "launcher/train/device.hpp"
@@ -124,6 +125,10 @@ int run_training(const std::vector<std::string>& args) {
 
   std::signal(SIGTERM, on_preempt);
   std::signal(SIGUSR1, on_preempt);
+  // First heartbeat now, so saker-run's hang detection also watches loading the data and
+  // resuming from a checkpoint (a damaged file must not hang a resume forever); the
+  // training loop beats every step.
+  saker::run::HeartbeatWriter(std::atoi(env_or("SAKER_RANK", "0").c_str())).beat();
   Device wanted;
   try {
     wanted = parse_device(device);

@@ -55,4 +55,12 @@ assert_contains "$out" "rc=1" "a timed-out attempt counts as a failure"
 out=$(batch hang "$run --max-restarts 0 --hang-timeout 2 --grace 2 -- /bin/sh -c 'touch \"\$SAKER_HEARTBEAT_DIR/rank-\$RANK\"; sleep 60'; echo rc=\$?")
 assert_contains "$out" "made no progress for" "a rank whose heartbeat stops is detected as hung"
 assert_contains "$out" "rc=1" "and the attempt counts as a failure"
+# saker-train beats every step: steps slower than --hang-timeout count as a hang, and the
+# SIGTERM that follows lets it commit an emergency checkpoint before the attempt fails.
+train=$SAKER_BUILDDIR/launcher/saker-train/saker-train
+"$train" make-data --out "$IT_TMP/train.h5" --samples 1024 >/dev/null
+out=$(batch trainhang "$run --max-restarts 0 --hang-timeout 2 --grace 20 --ckpt-dir $IT_TMP/ckpt -- $train --data $IT_TMP/train.h5 --steps 50 --step-sleep-ms 4000; echo rc=\$?")
+assert_contains "$out" "made no progress for" "saker-train's heartbeat: a rank stuck longer than --hang-timeout is detected"
+assert_contains "$out" "emergency checkpoint of step" "the SIGTERM before SIGKILL lets saker-train checkpoint"
+assert_contains "$out" "rc=1" "and the attempt counts as a failure"
 it_finish
