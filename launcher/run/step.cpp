@@ -132,21 +132,22 @@ class SrunStep final : public Step {
     relay_ = std::thread([this, fd = fds[0]] { relay(fd); });
   }
   bool task_failure_seen() const override { return failure_seen_.load(); }
-  // srun relays SIGTERM, SIGUSR1 and SIGUSR2 to every task of the step.
-  void forward(int sig) override { if (pid_ > 0) ::kill(pid_, sig); }
-  void kill_all() override { forward(SIGKILL); }
-  // srun takes SIGTERM as "cancel the step" and SIGKILLs the tasks at once: no grace. So
-  // the tasks are signalled through slurmctld, as `scancel -s TERM JOBID` does (every step
-  // of the job, never the batch shell, which is this saker-run).
-  void terminate() override {
-    const char* job = std::getenv("SLURM_JOB_ID");
-    const unsigned long id = job != nullptr ? std::strtoul(job, nullptr, 10) : 0;
-    if (id == 0 || slurm_kill_job(static_cast<uint32_t>(id), SIGTERM, 0) != SLURM_SUCCESS) {
+  // srun relays SIGUSR1 and SIGUSR2 to every task of the step, but takes SIGTERM as
+  // "cancel the step" (it SIGKILLs the tasks at once: no grace) and SIGINT as "print
+  // status". Those two reach the tasks through slurmctld instead, as `scancel -s SIG JOBID`
+  // does: every step of the job, never the batch shell, which is this saker-run.
+  void forward(int sig) override {
+    if (pid_ <= 0) return;
+    if (sig == SIGTERM || sig == SIGINT) {
+      const char* job = std::getenv("SLURM_JOB_ID");
+      const unsigned long id = job != nullptr ? std::strtoul(job, nullptr, 10) : 0;
+      if (id != 0 && slurm_kill_job(static_cast<uint32_t>(id), static_cast<uint16_t>(sig), 0) == SLURM_SUCCESS) return;
       log::warn(std::string("saker-run: cannot signal the ranks of job ") + (job != nullptr ? job : "?") +
-                " through slurmctld (" + slurm_strerror(slurm_get_errno()) + "); stopping srun instead");
-      forward(SIGTERM);
+                " through slurmctld (" + slurm_strerror(slurm_get_errno()) + "); signalling srun instead");
     }
+    ::kill(pid_, sig);
   }
+  void kill_all() override { forward(SIGKILL); }
 
   bool reap() override {
     if (pid_ <= 0) return true;

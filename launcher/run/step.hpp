@@ -27,7 +27,7 @@ class Step {
   virtual ~Step() = default;
   // Starts the attempt with `env` added to each rank's environment.
   virtual void start(const Env& env, const sigset_t& child_mask) = 0;
-  // Passes a signal on to every rank.
+  // Passes a signal on to every rank (never to saker-run itself).
   virtual void forward(int sig) = 0;
   // Asks every rank to stop (SIGTERM) so it can checkpoint; the caller SIGKILLs after its
   // grace period.

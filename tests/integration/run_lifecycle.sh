@@ -55,6 +55,20 @@ assert_contains "$out" "rc=1" "a timed-out attempt counts as a failure"
 out=$(batch hang "$run --max-restarts 0 --hang-timeout 2 --grace 2 -- /bin/sh -c 'touch \"\$SAKER_HEARTBEAT_DIR/rank-\$RANK\"; sleep 60'; echo rc=\$?")
 assert_contains "$out" "made no progress for" "a rank whose heartbeat stops is detected as hung"
 assert_contains "$out" "rc=1" "and the attempt counts as a failure"
+# SIGTERM to the batch shell (scancel -b): srun would SIGKILL its tasks on SIGTERM, so
+# saker-run must hand SIGTERM to the ranks another way, leaving them --grace to checkpoint.
+printf '#!/bin/bash\nexec %s --no-requeue --grace 20 -- /bin/sh -c %q\n' "$run" \
+    'trap "echo checkpointed $RANK; exit 75" TERM; while :; do sleep 0.2; done' >"$IT_TMP/term.sh"
+job=$(sbatch --parsable -N2 --ntasks-per-node=1 -o "$IT_TMP/term.out" "$IT_TMP/term.sh")
+it_wait_for 30 "job $job's ranks started" grep -q "attempt 1 starting" "$IT_TMP/term.out"
+sleep 1
+scancel -b -s TERM "$job"
+it_job_wait "$job" 60 >/dev/null
+out=$(cat "$IT_TMP/term.out")
+assert_contains "$out" "checkpointed 0" "SIGTERM to saker-run reaches rank 0 as SIGTERM, with time to checkpoint"
+assert_contains "$out" "checkpointed 1" "and rank 1"
+assert_not_contains "$out" "forcing job termination" "srun did not cancel the step"
+
 # saker-train beats every step: steps slower than --hang-timeout count as a hang, and the
 # SIGTERM that follows lets it commit an emergency checkpoint before the attempt fails.
 train=$SAKER_BUILDDIR/launcher/saker-train/saker-train
