@@ -61,7 +61,7 @@ RunOptions parse_run_options(int argc, const char* const* argv, std::string* hel
       ("srun-arg", po::value<std::vector<std::string>>(&o.srun_args)->composing(),
        "extra argument for srun (repeatable), e.g. --srun-arg=--cpu-bind=cores")
       ("no-requeue", po::bool_switch(&no_requeue), "on preemption stop instead of running scontrol requeue")
-      ("dry-run", po::bool_switch(&o.dry_run), "print the launch command and environment, run nothing");
+      ("dry-run", po::bool_switch(&o.dry_run), "print the launch command and MASTER_ADDR; run nothing");
   po::options_description hidden;
   hidden.add_options()
       ("exec-rank", po::bool_switch(&o.exec_rank), "internal: set this task's rank variables and exec")
