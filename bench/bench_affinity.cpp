@@ -1,7 +1,9 @@
 // bench_affinity: what spank_saker.so adds to a task's launch, with a cached topology.
 //
 // Measured in one run, medians of repeated trials:
-//   - step prepare: parse the cached hwloc XML of a DGX-like node (once per step);
+//   - step prepare: read the compact topology cache (machine_cache.hpp), what the plugin
+//     does once per step (target: well under 1 ms on any machine), against parsing the
+//     same node's hwloc XML, what it did before (its cost is the XML parser's);
 //   - task init:    plan 8 ranks + bind CPUs and memory (once per task);
 //   - peer:         hwloc's live discovery of this machine, what every task would pay
 //                   without the cache.
@@ -15,7 +17,10 @@
 #include <functional>
 #include <vector>
 
+#include <unistd.h>
+
 #include "plugins/affinity/binding.hpp"
+#include "plugins/affinity/machine_cache.hpp"
 #include "plugins/affinity/planner.hpp"
 #include "plugins/affinity/topology.hpp"
 
@@ -56,12 +61,23 @@ int main() {
     (void)plan;
   });
   const double peer_ms = median_ms(10, [&] { (void)aff::load_live(); });
+  // The compact cache, through the file system as the plugin reads it.
+  char dir[] = "/tmp/saker-bench-topo-XXXXXX";
+  if (::mkdtemp(dir) == nullptr) return 1;
+  const aff::TopologySource source{dgx_xml, std::string(dir) + "/topology.bin"};
+  (void)aff::load_cached(source);  // writes the cache
+  const double cache_ms = median_ms(200, [&] { (void)aff::load_cached(source); });
+  ::unlink(source.cache_path.c_str());
+  ::rmdir(dir);
   aff::bind_cpus(original);
 
-  const double worst = load_ms + task_ms;
-  std::printf("  step prepare: parse cached XML        %8.3f ms\n", load_ms);
+  const double worst = cache_ms + task_ms;
+  std::printf("  step prepare: read compact cache      %8.3f ms   target well under 1 ms: %s\n", cache_ms,
+              cache_ms <= 0.25 ? "met" : "MISSED");
+  std::printf("  peer: parse the same node's XML       %8.3f ms   (the cache is %.0fx faster)\n", load_ms,
+              load_ms / cache_ms);
   std::printf("  task init:    plan 8 ranks + bind     %8.3f ms\n", task_ms);
-  std::printf("  per task, worst case (parse+plan+bind) %7.3f ms   target <= 2 ms: %s\n", worst,
+  std::printf("  per task, worst case (cache+plan+bind) %7.3f ms   target <= 2 ms: %s\n", worst,
               worst <= 2.0 ? "met" : "MISSED");
   std::printf("  peer: hwloc live discovery            %8.3f ms   (cache is %.1fx faster)\n", peer_ms,
               peer_ms / worst);

@@ -6,18 +6,11 @@
 // exception at the C boundary (see plugins/).
 #pragma once
 
-#include <stdexcept>
 #include <string>
 
+#include "saker/error.hpp"  // saker::Error and explain(), part of the public API
+
 namespace saker {
-
-class Error : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-// Builds the message the house style asks for: what went wrong, why, and how to fix it.
-std::string explain(const std::string& what, const std::string& why, const std::string& fix);
 
 [[noreturn]] void assert_failed(const char* expr, const char* file, int line, const char* msg);
 

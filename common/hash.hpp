@@ -12,6 +12,9 @@ namespace saker::hash {
 // Lower-case hex SHA-256 of the bytes.
 std::string sha256_hex(std::string_view bytes);
 
+// Lower-case hex HMAC-SHA-256 of the bytes under `key` (the audit log's sealed head).
+std::string hmac_sha256_hex(std::string_view key, std::string_view bytes);
+
 struct Digest128 {
   std::uint64_t high = 0;
   std::uint64_t low = 0;

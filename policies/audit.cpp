@@ -3,11 +3,13 @@
 #include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <fstream>
 
 #include "common/hash.hpp"
 #include "common/json.hpp"
+#include "policies/audit_head.hpp"
 
 namespace saker::policy::audit {
 
@@ -73,9 +75,12 @@ std::string fields_json(const Entry& e) {
   w.key("time").value(utc_now()).key("event").value(e.event);
   w.key("uid").value(static_cast<std::uint64_t>(e.uid)).key("user").value(e.user).key("account").value(e.account);
   w.key("job_id");
-  if (e.job_id == 0) w.null();
-  else w.value(static_cast<std::uint64_t>(e.job_id));
+  if (e.job_id.empty()) w.null();
+  else w.value(e.job_id);
   w.key("partition").value(e.partition);
+  w.key("nodes");
+  if (e.nodes.empty()) w.null();
+  else w.value(e.nodes);
   std::vector<std::string> datasets;
   for (const auto& d : e.datasets) datasets.push_back(d.str());
   w.key("datasets").strings(datasets);
@@ -161,6 +166,44 @@ VerifyResult verify(std::istream& in) {
     prev_id = p.id;
     prev_hash = p.hash;
     have_prev = true;
+    r.last_id = p.id;
+    r.last_hash = p.hash;
+  }
+  r.lines = n;
+  return r;
+}
+
+VerifyResult verify_file(const std::string& log_path, const VerifyOptions& options) {
+  std::ifstream in(log_path, std::ios::binary);
+  if (!in) throw Error(explain("cannot read audit log " + log_path, std::strerror(errno), "check the path"));
+  VerifyResult r = verify(in);
+  in.clear();
+  in.seekg(0, std::ios::end);
+  const auto bytes = static_cast<std::uint64_t>(in.tellg());
+  const Chain end(r.last_id, r.last_hash);
+  const std::uint64_t lines = r.lines;
+  std::string problem;
+  const auto head = read_head(log_path, options.key, problem);
+  const std::uint64_t after = lines + 1;
+  if (!head) {
+    if (options.require_head || problem.find("no sealed head") == std::string::npos) r.problems.push_back({after, problem});
+    return r;
+  }
+  if (head->last_id > end.last_id()) {
+    r.problems.push_back({after, "records id " + std::to_string(end.last_id() + 1) +
+                                     (head->last_id > end.last_id() + 1 ? ".." + std::to_string(head->last_id) : "") +
+                                     " are missing at the end: the log was truncated or its tail deleted (the sealed "
+                                     "head says it ended at id " + std::to_string(head->last_id) + ")"});
+  } else if (head->last_id < end.last_id()) {
+    r.problems.push_back({after, "records after id " + std::to_string(head->last_id) + " (up to id " +
+                                     std::to_string(end.last_id()) + ") are not sealed: appended by hand, or written "
+                                     "just before a crash (then the next start of the plugin seals them with a note)"});
+  } else if (head->last_hash != end.last_hash()) {
+    r.problems.push_back({after, "the last record (id " + std::to_string(end.last_id()) +
+                                     ") is not the one that was sealed: the tail was replaced"});
+  } else if (head->log_bytes != bytes) {
+    r.problems.push_back({after, "the log has " + std::to_string(bytes) + " bytes, the sealed head says " +
+                                     std::to_string(head->log_bytes) + ": something was cut or added after the last record"});
   }
   return r;
 }

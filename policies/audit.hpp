@@ -23,8 +23,9 @@ struct Entry {
   std::uint32_t uid = 0;
   std::string user;
   std::string account;
-  std::uint32_t job_id = 0;  // 0: not known yet
+  std::string job_id;        // as Slurm prints it: "123", "123+1" (het), "123_4" (array); "": not known yet
   std::string partition;     // as requested
+  std::string nodes;         // hostlist, when known (launch: the node)
   std::vector<DatasetRef> datasets;
   const Decision* decision = nullptr;
   std::string decision_text;  // used when decision is null (e.g. "deny" with no policy)
@@ -46,6 +47,7 @@ class Chain {
   // The complete line for these fields, newline included; advances the chain.
   std::string seal(const std::string& fields);
   std::uint64_t last_id() const { return last_id_; }
+  const std::string& last_hash() const { return last_hash_; }
 
  private:
   std::uint64_t last_id_ = 0;
@@ -59,11 +61,25 @@ struct Problem {
 
 struct VerifyResult {
   std::uint64_t records = 0;
+  std::uint64_t lines = 0;
+  std::uint64_t last_id = 0;   // the last line that is a record
+  std::string last_hash = kGenesis;
   std::vector<Problem> problems;
   bool ok() const { return problems.empty(); }
 };
 
+// Checks the chain alone: edits, deletions, insertions and reordering between records.
 VerifyResult verify(std::istream& in);
+
+// Checks the chain and compares its end with the sealed head (audit_head.hpp): a deleted
+// tail or truncation shows as a problem on line "after the last". `key` is the head's
+// MAC key ("" when the log is sealed without one); require_head=false accepts a log that
+// has no head file (older logs), and says so.
+struct VerifyOptions {
+  std::string key;
+  bool require_head = true;
+};
+VerifyResult verify_file(const std::string& log_path, const VerifyOptions& options);
 
 // A parsed record for `audit show`: its members as (key, text) in order; arrays are
 // joined with ", ". Throws saker::Error on a line that is not a JSON object.

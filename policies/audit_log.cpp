@@ -1,16 +1,19 @@
 #include "policies/audit_log.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
 #include "common/error.hpp"
+#include "common/json.hpp"
+#include "policies/audit_head.hpp"
 
 namespace saker::policy::audit {
 
-Log::Log(std::string path) : path_(std::move(path)) {}
+Log::Log(std::string path, std::string key) : path_(std::move(path)), key_(std::move(key)) {}
 
 Log::~Log() {
   if (fd_ >= 0) ::close(fd_);
@@ -48,10 +51,10 @@ std::string Log::flush() {
     dropped_ += dropped;
     return problem;
   };
-  try {
-    if (!chain_) chain_ = Chain::resume(path_);
-  } catch (const std::exception& e) {
-    return requeue(e.what());
+  std::string note;
+  if (!chain_) {
+    const std::string problem = resume_chain(note);
+    if (!problem.empty()) return requeue(problem);
   }
   if (fd_ < 0) {
     fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
@@ -61,6 +64,7 @@ std::string Log::flush() {
   }
   Chain chain = *chain_;
   std::string text;
+  if (!note.empty()) text += chain.seal("\"event\":\"head_mismatch\",\"reasons\":[" + json::quote(note) + "]");
   if (dropped > 0)
     text += chain.seal("\"event\":\"gap\",\"dropped\":" + std::to_string(dropped) +
                        ",\"reasons\":[\"the audit queue was full; records were dropped\"]");
@@ -82,6 +86,37 @@ std::string Log::flush() {
   }
   chain_ = chain;
   ::fdatasync(fd_);
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) return explain("cannot stat audit log " + path_, std::strerror(errno), "check the disk");
+  const std::string problem =
+      write_head(path_, Head{chain.last_id(), chain.last_hash(), static_cast<std::uint64_t>(st.st_size)}, key_);
+  if (!problem.empty()) return explain(problem, "the records are written; the head is behind", "free space or fix permissions");
+  return {};
+}
+
+std::string Log::resume_chain(std::string& note) {
+  Chain chain;
+  try {
+    chain = Chain::resume(path_);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  std::string problem;
+  const auto head = read_head(path_, key_, problem);
+  if (!head) {
+    // A new log has neither; an old log without a head is sealed from now on.
+    if (chain.last_id() > 0) note = problem + "; sealing the log from here on";
+  } else if (head->last_id > chain.last_id()) {
+    note = "the log ends at record id " + std::to_string(chain.last_id()) + " but its sealed head at id " +
+           std::to_string(head->last_id) + ": the tail was deleted; ids continue after the sealed one";
+    chain = Chain(head->last_id, chain.last_hash());
+  } else if (head->last_id < chain.last_id()) {
+    note = "records after id " + std::to_string(head->last_id) + " up to id " + std::to_string(chain.last_id()) +
+           " were not sealed (written just before a crash, or appended by hand)";
+  } else if (head->last_hash != chain.last_hash()) {
+    note = "the last record (id " + std::to_string(chain.last_id()) + ") is not the one that was sealed";
+  }
+  chain_ = chain;
   return {};
 }
 

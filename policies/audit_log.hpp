@@ -3,7 +3,8 @@
 // flush() does the I/O: it continues the hash chain of the file, appends every queued
 // record with one O_APPEND write and fdatasync()s once per batch. The job_submit plugin
 // calls flush() from its background thread (see plugins/job_submit/background.hpp);
-// tools call it directly.
+// tools call it directly. After each batch it rewrites the sealed head (LOG.head, see
+// audit_head.hpp), so that a deleted tail is detected.
 #pragma once
 
 #include <cstddef>
@@ -21,7 +22,8 @@ class Log {
  public:
   static constexpr std::size_t kMaxQueued = 100000;
 
-  explicit Log(std::string path);
+  // `key`: the sealed head's MAC key ("" for an unkeyed head).
+  explicit Log(std::string path, std::string key = {});
   ~Log();
   Log(const Log&) = delete;
   Log& operator=(const Log&) = delete;
@@ -38,7 +40,13 @@ class Log {
   std::size_t queued() const;
 
  private:
+  // Continues the file's chain. When the file and its sealed head disagree (a deleted tail,
+  // or records written just before a crash and never sealed), the chain continues past
+  // the head's last id so that the gap stays visible, and a note record says what was found.
+  std::string resume_chain(std::string& note);
+
   std::string path_;
+  std::string key_;
   mutable std::mutex mutex_;
   std::vector<std::string> queue_;
   std::uint64_t dropped_ = 0;

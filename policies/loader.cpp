@@ -17,7 +17,9 @@ namespace saker::policy {
 using yaml::Node;
 
 LoadError::LoadError(std::string file, int line, int column, const std::string& problem, const std::string& expected)
-    : saker::Error(file + ":" + std::to_string(line) + ":" + std::to_string(column) + ": " + problem +
+    // Line 0: the error is about the whole file, which has no position to name.
+    : saker::Error(file + (line > 0 ? ":" + std::to_string(line) + ":" + std::to_string(column) : std::string()) +
+                   ": " + problem +
                    (expected.empty() ? std::string() : "; expected " + expected)),
       file_(std::move(file)),
       line_(line),
@@ -436,8 +438,9 @@ std::string canonical(const Policy::Impl& p) {
 
 }  // namespace
 
-std::shared_ptr<const Policy> Policy::load_string(std::string_view text, const std::string& name) {
-  const yaml::Document doc = yaml::Document::parse(text, name);
+std::shared_ptr<const Policy> Policy::load_string(std::string_view text, const std::string& name,
+                                                  const LoadLimits& limits) {
+  const yaml::Document doc = yaml::Document::parse(text, name, limits);
   const Reader r(doc);
   auto impl = std::make_unique<Impl>();
   impl->source = name;
@@ -470,13 +473,15 @@ std::shared_ptr<const Policy> Policy::load_string(std::string_view text, const s
   return std::make_shared<const Policy>(std::move(impl));
 }
 
-std::shared_ptr<const Policy> Policy::load_file(const std::string& path) {
+std::shared_ptr<const Policy> Policy::load_file(const std::string& path, const LoadLimits& limits) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw LoadError(path, 0, 0, "cannot open the policy file", "a readable file (check the path and permissions)");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (text.str().size() > (64u << 20)) throw LoadError(path, 0, 0, "the file is larger than 64 MiB", "a policy file");
-  return load_string(text.str(), path);
+  // Read at most one byte past the limit: a huge file is refused without reading it all.
+  std::string text(limits.max_bytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  if (in.bad()) throw LoadError(path, 0, 0, "cannot read the policy file", "a readable file");
+  return load_string(text, path, limits);
 }
 
 }  // namespace saker::policy

@@ -2,6 +2,7 @@
 
 #include <yaml.h>
 
+#include "policies/yaml_limits.hpp"
 #include "saker/policy.hpp"
 
 namespace saker::policy::yaml {
@@ -15,16 +16,21 @@ const char* kind_name(Node::Kind kind) {
   return "?";
 }
 
+namespace {
+constexpr int kMaxTreeDepth = 256;
+}  // namespace
+
 struct Builder {
   Document& doc;
   yaml_document_t& ydoc;
   int depth = 0;
 
+  // The event pass has already refused deeper documents; this guards the recursion.
   const Node* build(yaml_node_t* y) {
-    // A hostile file could nest deeply; policies are shallow.
-    if (++depth > 32)
+    if (++depth > kMaxTreeDepth)
       throw LoadError(doc.file_, static_cast<int>(y->start_mark.line) + 1, static_cast<int>(y->start_mark.column) + 1,
-                      "nesting deeper than 32 levels", "a policy as described in saker-policy.yaml(5)");
+                      "nesting deeper than " + std::to_string(kMaxTreeDepth) + " levels",
+                      "a policy as described in saker-policy.yaml(5)");
     auto node = std::make_unique<Node>();
     node->mark = {static_cast<int>(y->start_mark.line) + 1, static_cast<int>(y->start_mark.column) + 1};
     switch (y->type) {
@@ -65,11 +71,15 @@ struct Builder {
   }
 };
 
-Document Document::parse(std::string_view text, const std::string& file) {
+Document Document::parse(std::string_view text, const std::string& file, const LoadLimits& limits) {
   Document doc;
   doc.file_ = file;
-  // Aliases are refused before loading: they also defeat "billion laughs" expansion.
+  check_bytes(text, file, limits);
+  // One pass over the events before loading: aliases are refused (they also defeat
+  // "billion laughs" expansion), and so are nesting and scalars over the limits, in
+  // block form too, before libyaml builds a tree of them.
   {
+    int depth = 0;
     yaml_parser_t parser;
     if (yaml_parser_initialize(&parser) == 0) throw Error("saker: out of memory initialising libyaml");
     yaml_parser_set_input_string(&parser, reinterpret_cast<const unsigned char*>(text.data()), text.size());
@@ -89,11 +99,24 @@ Document Document::parse(std::string_view text, const std::string& file) {
       const bool anchored = (type == YAML_SCALAR_EVENT && event.data.scalar.anchor != nullptr) ||
                             (type == YAML_SEQUENCE_START_EVENT && event.data.sequence_start.anchor != nullptr) ||
                             (type == YAML_MAPPING_START_EVENT && event.data.mapping_start.anchor != nullptr);
+      const std::size_t scalar_bytes = type == YAML_SCALAR_EVENT ? event.data.scalar.length : 0;
       yaml_event_delete(&event);
-      if (type == YAML_ALIAS_EVENT || anchored) {
+      const auto refuse = [&](const std::string& problem, const std::string& expected) {
         yaml_parser_delete(&parser);
-        throw LoadError(file, mark.line, mark.column, "a YAML anchor or alias", "values written out in full");
+        throw LoadError(file, mark.line, mark.column, problem, expected);
+      };
+      if (type == YAML_ALIAS_EVENT || anchored) refuse("a YAML anchor or alias", "values written out in full");
+      if (type == YAML_SEQUENCE_START_EVENT || type == YAML_MAPPING_START_EVENT) {
+        if (++depth > limits.max_depth)
+          refuse("nesting deeper than " + std::to_string(limits.max_depth) + " levels",
+                 "a policy as described in saker-policy.yaml(5)");
+      } else if (type == YAML_SEQUENCE_END_EVENT || type == YAML_MAPPING_END_EVENT) {
+        --depth;
       }
+      if (scalar_bytes > limits.max_scalar_bytes)
+        refuse("a value of " + std::to_string(scalar_bytes) + " bytes, over the limit of " +
+                   std::to_string(limits.max_scalar_bytes),
+               "names, globs and hostlists of reasonable length");
       if (type == YAML_STREAM_END_EVENT) break;
     }
     yaml_parser_delete(&parser);

@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "saker/policy.hpp"
+
 namespace saker::policy::yaml {
 
 struct Mark {
@@ -29,8 +31,10 @@ struct Node {
 class Document {
  public:
   // Parses text; throws LoadError(file:line:column) on a YAML syntax error, on aliases
-  // (not allowed in policies: they hide what a rule says) and on an empty document.
-  static Document parse(std::string_view text, const std::string& file);
+  // (not allowed in policies: they hide what a rule says), on an empty document and on
+  // anything over `limits` (checked on the bytes and on the parser's events, before the
+  // tree is built).
+  static Document parse(std::string_view text, const std::string& file, const LoadLimits& limits = {});
   const Node& root() const { return *root_; }
   const std::string& file() const { return file_; }
 

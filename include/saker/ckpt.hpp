@@ -28,7 +28,7 @@
 #include <string_view>
 #include <vector>
 
-#include "common/error.hpp"
+#include "saker/error.hpp"
 
 namespace saker::ckpt {
 

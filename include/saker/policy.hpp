@@ -10,6 +10,7 @@
 // This header is stable: additions only.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -17,8 +18,8 @@
 #include <string_view>
 #include <vector>
 
-#include "common/error.hpp"
-#include "policies/dataset_ref.hpp"  // DatasetRef, parse_dataset_list, kDatasetsEnvName
+#include "saker/error.hpp"
+#include "saker/dataset_ref.hpp"  // DatasetRef, parse_dataset_list, kDatasetsEnvName
 
 namespace saker::policy {
 
@@ -93,13 +94,23 @@ struct Summary {
   std::size_t zones = 0, partitions = 0, node_sets = 0, storage = 0, datasets = 0, grants = 0, gpu_limits = 0;
 };
 
+// What the loader accepts before it parses anything: a hostile or broken file is
+// refused in milliseconds (file:line:column), never after libyaml has gone quadratic.
+struct LoadLimits {
+  std::size_t max_bytes = 4u << 20;        // the whole file
+  int max_depth = 32;                      // nested lists/mappings, block or flow form
+  std::size_t max_scalar_bytes = 64u << 10;  // one value or key
+};
+
 class Policy {
  public:
   // Parses, validates and compiles. Throws LoadError (file:line:column) on any problem:
-  // unknown keys, dangling references, duplicates, bad globs or hostlists, bad values.
-  static std::shared_ptr<const Policy> load_file(const std::string& path);
+  // unknown keys, dangling references, duplicates, bad globs or hostlists, bad values,
+  // and anything over `limits`.
+  static std::shared_ptr<const Policy> load_file(const std::string& path, const LoadLimits& limits = {});
   // The same from text already in memory; `name` stands in for the file name in errors.
-  static std::shared_ptr<const Policy> load_string(std::string_view yaml, const std::string& name = "<policy>");
+  static std::shared_ptr<const Policy> load_string(std::string_view yaml, const std::string& name = "<policy>",
+                                                   const LoadLimits& limits = {});
 
   ~Policy();
   Policy(const Policy&) = delete;

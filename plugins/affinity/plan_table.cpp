@@ -48,14 +48,17 @@ std::string format_plan_table(const Machine& m, const Request& req, const Plan& 
        << plan.ranks.size() << " local rank(s), GPUs "
        << (req.gpus.physical.empty() ? "none" : format_index_list(IndexList(req.gpus.physical.begin(),
                                                                               req.gpus.physical.end())))
-       << ", allowed CPUs " << (req.allowed ? format_index_list(*req.allowed) : "all") << "\n";
-  std::vector<Row> rows{{"rank", "gpu", "pci", "numa", "cpus", "nics", "CUDA_VISIBLE_DEVICES", "NCCL_IB_HCA",
-                         "UCX_NET_DEVICES", "OMP_NUM_THREADS"}};
+       << ", allowed CPUs " << (req.allowed ? format_index_list(*req.allowed) : "all") << "\n"
+       << "saker: GPUs numbered by " << m.gpu_order << "\n";
+  const bool amd = std::any_of(m.gpus.begin(), m.gpus.end(), [](const Gpu& g) { return g.vendor == GpuVendor::amd; });
+  const std::string gpu_var = amd ? "ROCR_VISIBLE_DEVICES" : "CUDA_VISIBLE_DEVICES";
+  std::vector<Row> rows{{"rank", "gpu", "pci", "numa", "cpus", "nics", gpu_var, "NCCL_IB_HCA", "UCX_NET_DEVICES",
+                         "OMP_NUM_THREADS"}};
   for (const auto& rp : plan.ranks) {
     rows.push_back({std::to_string(rp.rank), rp.gpu ? std::to_string(*rp.gpu) : "-",
                     rp.gpu ? m.gpus[*rp.gpu].pci_bus_id : "-", std::to_string(m.numas[rp.numa].os_index),
                     format_index_list(rp.pus) + (rp.cores_shared ? " (shared)" : ""), nic_names(m, rp),
-                    env_value(rp, "CUDA_VISIBLE_DEVICES"), env_value(rp, "NCCL_IB_HCA"),
+                    env_value(rp, gpu_var), env_value(rp, "NCCL_IB_HCA"),
                     env_value(rp, "UCX_NET_DEVICES"), env_value(rp, "OMP_NUM_THREADS")});
   }
   return head.str() + render(rows);
@@ -73,19 +76,20 @@ std::string format_plan_env(const Plan& plan, const Machine& m) {
 }
 
 std::string format_machine(const Machine& m) {
-  std::string out = "host: " + (m.hostname.empty() ? std::string("-") : m.hostname) + "\n\nNUMA nodes:\n";
+  std::string out = "host: " + (m.hostname.empty() ? std::string("-") : m.hostname) + "\n\nNUMA nodes (cores by logical index):\n";
+  // Cores are shown by logical index (topology order, as Slurm's Cores= counts
+  // them): OS core numbers repeat in every package and would collapse into one range.
   std::vector<Row> numa_rows{{"numa", "cores", "cpus"}};
-  for (const auto& n : m.numas) {
-    IndexList core_ids;
-    for (std::size_t c : n.cores) core_ids.push_back(m.cores[c].os_index);
-    std::sort(core_ids.begin(), core_ids.end());
-    numa_rows.push_back({std::to_string(n.os_index), format_index_list(core_ids), format_index_list(n.pus)});
-  }
-  out += render(numa_rows) + "\nGPUs:\n";
-  std::vector<Row> gpu_rows{{"gpu", "pci", "numa", "os devices"}};
+  for (const auto& n : m.numas)
+    numa_rows.push_back({std::to_string(n.os_index), format_index_list(IndexList(n.cores.begin(), n.cores.end())),
+                         format_index_list(n.pus)});
+  if (m.allowed_pus != m.all_pus())
+    out += "allowed CPUs (the exporting process's cpuset): " + format_index_list(m.allowed_pus) + "\n";
+  out += render(numa_rows) + "\nGPUs" + (m.gpus.empty() ? std::string() : " (numbered by " + m.gpu_order + ")") + ":\n";
+  std::vector<Row> gpu_rows{{"gpu", "pci", "vendor", "numa", "os devices"}};
   Row header{"nic", "pci", "numa", "rdma", "netdev"};
   for (const auto& g : m.gpus) {
-    gpu_rows.push_back({std::to_string(g.index), g.pci_bus_id, std::to_string(m.numas[g.numa].os_index),
+    gpu_rows.push_back({std::to_string(g.index), g.pci_bus_id, vendor_name(g.vendor), std::to_string(m.numas[g.numa].os_index),
                         g.os_names.empty() ? "-" : g.os_names});
     header.push_back("hops gpu" + std::to_string(g.index));
   }

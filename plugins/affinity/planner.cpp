@@ -29,7 +29,8 @@ void assign_gpus(const Machine& m, const Request& req, std::vector<RankPlan>& ra
   if (req.sharing == GpuSharing::exclusive && k > n)
     throw Error(explain(std::to_string(k) + " ranks on this node but the step has " + std::to_string(n) + " GPU(s)",
                         "each rank gets a GPU of its own (exclusive mode)",
-                        "request one GPU per task (--gpus-per-task=1), fewer tasks per node, or --gpu-affinity=none"));
+                        "request one GPU per task (--gpus-per-task=1) or fewer tasks per node; to let ranks share "
+                        "GPUs, plan with `saker-topo plan --shared-gpus`; or run with --gpu-affinity=none"));
   for (std::size_t r = 0; r < k; ++r) {
     ranks[r].gpu = order[block(r, k, n)];
     ranks[r].numa = m.gpus[*ranks[r].gpu].numa;
@@ -70,7 +71,7 @@ void assign_cores(const Machine& m, const Request& req, std::vector<RankPlan>& r
       throw Error(explain(
           "rank " + std::to_string(first.rank) + ": " + (first.gpu ? gpu_label(m, *first.gpu) + " is local to " : "") +
               "NUMA node " + std::to_string(m.numas[numa].os_index) + " (CPUs " + format_index_list(m.numas[numa].pus) +
-              "), and none of those CPUs is allowed (allowed: " +
+              "), and all of those CPUs are outside the job's CPUs (" +
               (req.allowed ? format_index_list(*req.allowed) : std::string("all")) + ")",
           "the job holds no core on the socket of its GPU",
           "ask Slurm for cores next to the GPUs (--gres-flags=enforce-binding, or more --cpus-per-task), "
@@ -96,17 +97,42 @@ void assign_cores(const Machine& m, const Request& req, std::vector<RankPlan>& r
 }
 
 // Nearest NIC(s) by hops in the PCI tree. RDMA adapters win over plain Ethernet when
-// the node has any, so the management port never becomes NCCL's transport; ties keep
-// every equally near NIC (a rank between two HCAs uses both).
-void assign_nics(const Machine& m, RankPlan& rp) {
-  if (m.nics.empty()) return;
+// the node has any, so the management port never becomes NCCL's transport. Ranks
+// whose nearest NICs are the same equally near set share that set out evenly, in
+// rank order: k ranks over c NICs get one NIC each in blocks when k >= c, and c/k
+// NICs each when there are more NICs than ranks, so every card carries traffic.
+std::vector<std::size_t> nearest_nics(const Machine& m, const RankPlan& rp) {
+  std::vector<std::size_t> out;
+  if (m.nics.empty()) return out;
   const bool any_rdma = std::any_of(m.nics.begin(), m.nics.end(), [](const Nic& n) { return n.rdma(); });
   const auto& row = rp.gpu ? m.gpu_nic_hops[*rp.gpu] : m.numa_nic_hops[rp.numa];
   unsigned best = ~0u;
   for (std::size_t i = 0; i < m.nics.size(); ++i)
     if (m.nics[i].rdma() == any_rdma) best = std::min(best, row[i]);
   for (std::size_t i = 0; i < m.nics.size(); ++i)
-    if (m.nics[i].rdma() == any_rdma && row[i] == best) rp.nics.push_back(i);
+    if (m.nics[i].rdma() == any_rdma && row[i] == best) out.push_back(i);
+  return out;
+}
+
+void assign_nics(const Machine& m, std::vector<RankPlan>& ranks) {
+  std::vector<std::vector<std::size_t>> candidates;
+  for (const auto& rp : ranks) candidates.push_back(nearest_nics(m, rp));
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    std::size_t j = 0, k = 0;  // this rank's position among the ranks with the same set, and their count
+    for (std::size_t o = 0; o < ranks.size(); ++o) {
+      if (candidates[o] != candidates[r]) continue;
+      if (o < r) ++j;
+      ++k;
+    }
+    const auto& set = candidates[r];
+    const std::size_t c = set.size();
+    if (c == 0) continue;
+    if (k >= c) {
+      ranks[r].nics.push_back(set[block(j, k, c)]);
+    } else {
+      for (std::size_t i = j * c / k; i < (j + 1) * c / k; ++i) ranks[r].nics.push_back(set[i]);
+    }
+  }
 }
 
 std::string join(const std::vector<std::string>& parts, char sep) {
@@ -124,12 +150,18 @@ void build_env(const Machine& m, const Request& req, const std::vector<RankPlan>
       if (other.gpu && std::find(order.begin(), order.end(), *other.gpu) == order.end()) order.push_back(*other.gpu);
     for (unsigned g : req.gpus.physical)
       if (std::find(order.begin(), order.end(), g) == order.end()) order.push_back(g);
-    std::vector<std::string> tokens;
+    // Each vendor's runtime is told about its own GPUs only: an AMD card in
+    // CUDA_VISIBLE_DEVICES would name a device CUDA does not have.
+    std::vector<std::string> nvidia, amd;
     for (unsigned g : order) {
       const auto pos = std::find(req.gpus.physical.begin(), req.gpus.physical.end(), g) - req.gpus.physical.begin();
-      tokens.push_back(req.gpus.tokens[pos]);
+      (m.gpus[g].vendor == GpuVendor::amd ? amd : nvidia).push_back(req.gpus.tokens[pos]);
     }
-    rp.env.emplace_back("CUDA_VISIBLE_DEVICES", join(tokens, ','));
+    if (!nvidia.empty()) rp.env.emplace_back("CUDA_VISIBLE_DEVICES", join(nvidia, ','));
+    if (!amd.empty()) {
+      rp.env.emplace_back("ROCR_VISIBLE_DEVICES", join(amd, ','));
+      rp.env.emplace_back("HIP_VISIBLE_DEVICES", join(amd, ','));
+    }
   }
   std::vector<std::string> hcas, ucx;
   for (std::size_t i : rp.nics) {
@@ -173,7 +205,7 @@ Plan make_plan(const Machine& m, const Request& req) {
     assign_gpus(m, req, ranks);
   }
   assign_cores(m, req, ranks);
-  for (auto& rp : ranks) assign_nics(m, rp);
+  assign_nics(m, ranks);
   for (auto& rp : ranks) build_env(m, req, ranks, rp);
   return Plan{std::move(ranks)};
 }

@@ -1,7 +1,6 @@
 #include "plugins/affinity/topology.hpp"
 
 #include <hwloc.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,10 +9,14 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "plugins/affinity/describe.hpp"
+#include "plugins/affinity/hwloc_reason.hpp"
+#include "plugins/affinity/machine_cache.hpp"
 
 namespace saker::affinity {
 namespace {
@@ -24,11 +27,13 @@ struct TopologyDeleter {
 using TopologyPtr = std::unique_ptr<hwloc_topology, TopologyDeleter>;
 
 // Caches and instruction caches are not used by the planner; dropping them keeps the
-// cached XML small and fast to parse. PCI devices and their OS devices are kept.
+// exported XML small. PCI devices and their OS devices are kept, and so are the CPUs
+// this process may not use (see topology.hpp).
 TopologyPtr make_topology(bool from_xml) {
   hwloc_topology_t raw = nullptr;
   if (hwloc_topology_init(&raw) != 0) throw Error("saker: hwloc_topology_init failed (out of memory?)");
   TopologyPtr topo(raw);
+  hwloc_topology_set_flags(raw, HWLOC_TOPOLOGY_FLAG_INCLUDE_DISALLOWED);
   hwloc_topology_set_cache_types_filter(raw, HWLOC_TYPE_FILTER_KEEP_NONE);
   hwloc_topology_set_icache_types_filter(raw, HWLOC_TYPE_FILTER_KEEP_NONE);
   // From XML keep every I/O object the file holds; live, keep the ones that matter
@@ -37,148 +42,67 @@ TopologyPtr make_topology(bool from_xml) {
   return topo;
 }
 
-void load_or_throw(hwloc_topology_t topo, const std::string& what) {
-  if (hwloc_topology_load(topo) != 0)
-    throw Error(explain("cannot load the topology from " + what, std::strerror(errno),
-                        "check the file with `lstopo --input FILE`, or regenerate it with `lstopo FILE.xml`"));
-}
-
-IndexList bitmap_to_list(hwloc_const_bitmap_t set) {
-  IndexList out;
-  unsigned i = 0;
-  hwloc_bitmap_foreach_begin(i, set) { out.push_back(i); }
-  hwloc_bitmap_foreach_end();
+std::string printable_start(const std::string& text) {
+  std::string out;
+  for (char c : text.substr(0, 24)) out += (c >= 32 && c < 127) ? c : '.';
   return out;
 }
 
-std::string bus_id(hwloc_obj_t pci) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%04x:%02x:%02x.%x", pci->attr->pcidev.domain, pci->attr->pcidev.bus,
-                pci->attr->pcidev.dev, pci->attr->pcidev.func);
-  return buf;
+// hwloc answers most broken files with EINVAL and nothing else; these checks name
+// what is wrong before hwloc sees the bytes.
+void check_xml_text(const std::string& xml, const std::string& what) {
+  const auto start = xml.find_first_not_of(" \t\r\n");
+  const std::string regenerate = "regenerate it on the node with `lstopo --of xml FILE.xml`";
+  if (start == std::string::npos)
+    throw Error(explain(what + " is empty", "an export that never ran, or a file truncated to nothing", regenerate));
+  if (xml[start] != '<')
+    throw Error(explain(what + " is not XML (it starts with \"" + printable_start(xml.substr(start)) + "\")",
+                        "a topology file must be hwloc XML", "give the file `lstopo FILE.xml` writes, or " + regenerate));
+  const auto root = xml.find("<topology");
+  if (root == std::string::npos)
+    throw Error(explain(what + " is XML but not an hwloc topology (no <topology> element)",
+                        "the file is some other XML document", "give the file `lstopo FILE.xml` writes"));
+  unsigned major = 0, minor = 0;
+  const auto version = xml.find("version=\"", root);
+  const auto tag_end = xml.find('>', root);
+  if (version != std::string::npos && version < tag_end &&
+      std::sscanf(xml.c_str() + version, "version=\"%u.%u\"", &major, &minor) == 2 &&
+      major > HWLOC_API_VERSION >> 16) {
+    throw Error(explain(what + " is hwloc XML version " + std::to_string(major) + "." + std::to_string(minor) +
+                            ", exported by a newer hwloc than the one Saker was built with (" HWLOC_VERSION
+                            ", which reads XML up to version " + std::to_string(HWLOC_API_VERSION >> 16) + ".x)",
+                        "hwloc cannot import XML from a newer major version",
+                        "re-export it with `lstopo --of xml --export-xml-flags v2 FILE.xml` on the newer hwloc, "
+                        "or build Saker against that newer hwloc"));
+  }
+  if (xml.find("</topology>", root) == std::string::npos)
+    throw Error(explain(what + " is truncated (" + std::to_string(xml.size()) + " bytes, no closing </topology>)",
+                        "the file was cut short (a full disk or an interrupted copy)", regenerate));
 }
 
-bool is_gpu(hwloc_obj_t pci) {
-  const unsigned cls = pci->attr->pcidev.class_id;
-  const unsigned vendor = pci->attr->pcidev.vendor_id;
-  // 3D controllers and "other display" are compute GPUs; a VGA controller counts only
-  // from a GPU vendor, so a BMC's ASPEED VGA chip never shifts the GPU numbering.
-  if (cls == 0x0302 || cls == 0x0380) return true;
-  return cls == 0x0300 && (vendor == 0x10de || vendor == 0x1002);
+// `path`: the file the bytes came from, if any, so hwloc's own reason can be asked for.
+Machine load_xml_text(const std::string& xml, const std::string& what, const std::string& path = {}) {
+  check_xml_text(xml, what);
+  auto topo = make_topology(true);
+  errno = 0;
+  if (hwloc_topology_set_xmlbuffer(topo.get(), xml.data(), static_cast<int>(xml.size() + 1)) != 0 ||
+      hwloc_topology_load(topo.get()) != 0) {
+    const std::string err = std::strerror(errno == 0 ? EINVAL : errno);
+    const std::string reason = path.empty() ? std::string() : hwloc_reason(path);
+    throw Error(explain("hwloc cannot load " + what,
+                        reason.empty() ? err + " (hwloc gave no reason; `HWLOC_XML_VERBOSE=1 lstopo --input FILE` shows it)"
+                                       : "hwloc says: " + reason,
+                        "regenerate the file with `lstopo FILE.xml` on the node"));
+  }
+  return describe(topo.get(), false);
 }
 
-bool is_nic(hwloc_obj_t pci) { return (pci->attr->pcidev.class_id >> 8) == 0x02; }
-
-unsigned depth_of(hwloc_obj_t o) {
-  unsigned d = 0;
-  for (; o->parent != nullptr; o = o->parent) ++d;
-  return d;
-}
-
-// Number of tree edges between two objects: up from each to their lowest common ancestor.
-unsigned hops(hwloc_obj_t a, hwloc_obj_t b) {
-  unsigned da = depth_of(a), db = depth_of(b), n = 0;
-  for (; da > db; --da, ++n) a = a->parent;
-  for (; db > da; --db, ++n) b = b->parent;
-  for (; a != b; a = a->parent, b = b->parent) n += 2;
-  return n;
-}
-
-// The NUMA domain an I/O device is local to: the lowest-numbered node of its
-// non-I/O ancestor (on sub-NUMA-clustered packages that is the domain it hangs off).
-std::size_t numa_of(hwloc_topology_t topo, hwloc_obj_t io, const std::vector<NumaNode>& numas) {
-  hwloc_obj_t anchor = hwloc_get_non_io_ancestor_obj(topo, io);
-  const int first = anchor->nodeset ? hwloc_bitmap_first(anchor->nodeset) : -1;
-  for (std::size_t i = 0; i < numas.size(); ++i)
-    if (static_cast<int>(numas[i].os_index) == first) return i;
-  return 0;
-}
-
-unsigned first_active_port(hwloc_obj_t osdev) {
-  for (unsigned i = 0; i < osdev->infos_count; ++i) {
-    unsigned port = 0;
-    // hwloc reports InfiniBand port states as numbers; 4 is ACTIVE.
-    if (std::sscanf(osdev->infos[i].name, "Port%uState", &port) == 1 && std::strcmp(osdev->infos[i].value, "4") == 0)
-      return port;
-  }
-  return 1;
-}
-
-Machine describe(hwloc_topology_t topo) {
-  Machine m;
-  if (const char* host = hwloc_obj_get_info_by_name(hwloc_get_root_obj(topo), "HostName")) m.hostname = host;
-
-  std::vector<hwloc_obj_t> numa_objs;
-  for (hwloc_obj_t n = nullptr; (n = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_NUMANODE, n)) != nullptr;)
-    numa_objs.push_back(n);
-  std::sort(numa_objs.begin(), numa_objs.end(), [](auto a, auto b) { return a->os_index < b->os_index; });
-  for (hwloc_obj_t n : numa_objs) m.numas.push_back({n->os_index, {}, bitmap_to_list(n->cpuset)});
-  if (m.numas.empty()) m.numas.push_back({0, {}, bitmap_to_list(hwloc_get_root_obj(topo)->cpuset)});
-
-  for (hwloc_obj_t c = nullptr; (c = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_CORE, c)) != nullptr;) {
-    Core core{c->os_index, bitmap_to_list(c->cpuset), 0};
-    if (core.pus.empty()) continue;
-    for (std::size_t i = 0; i < m.numas.size(); ++i)
-      if (std::binary_search(m.numas[i].pus.begin(), m.numas[i].pus.end(), core.pus.front())) core.numa = i;
-    m.numas[core.numa].cores.push_back(m.cores.size());
-    m.cores.push_back(std::move(core));
-  }
-
-  std::vector<hwloc_obj_t> gpu_objs, nic_objs;
-  for (hwloc_obj_t p = nullptr; (p = hwloc_get_next_pcidev(topo, p)) != nullptr;) {
-    if (is_gpu(p)) {
-      gpu_objs.push_back(p);
-    } else if (is_nic(p)) {
-      nic_objs.push_back(p);
-    }
-  }
-  auto by_bus = [](hwloc_obj_t a, hwloc_obj_t b) { return bus_id(a) < bus_id(b); };
-  std::sort(gpu_objs.begin(), gpu_objs.end(), by_bus);
-  std::sort(nic_objs.begin(), nic_objs.end(), by_bus);
-
-  for (hwloc_obj_t p : gpu_objs) {
-    Gpu g{static_cast<unsigned>(m.gpus.size()), bus_id(p), {}, numa_of(topo, p, m.numas)};
-    for (hwloc_obj_t o = p->io_first_child; o != nullptr; o = o->next_sibling)
-      if (o->type == HWLOC_OBJ_OS_DEVICE) g.os_names += (g.os_names.empty() ? "" : ",") + std::string(o->name);
-    m.gpus.push_back(std::move(g));
-  }
-  std::vector<hwloc_obj_t> kept_nics;
-  for (hwloc_obj_t p : nic_objs) {
-    Nic n{bus_id(p), {}, 1, {}, numa_of(topo, p, m.numas)};
-    for (hwloc_obj_t o = p->io_first_child; o != nullptr; o = o->next_sibling) {
-      if (o->type != HWLOC_OBJ_OS_DEVICE || o->name == nullptr) continue;
-      if (o->attr->osdev.type == HWLOC_OBJ_OSDEV_OPENFABRICS && n.hca.empty()) {
-        n.hca = o->name;
-        n.port = first_active_port(o);
-      } else if (o->attr->osdev.type == HWLOC_OBJ_OSDEV_NETWORK && n.netdev.empty()) {
-        n.netdev = o->name;
-      }
-    }
-    if (n.hca.empty() && n.netdev.empty()) continue;  // no name to hand to NCCL or UCX
-    m.nics.push_back(std::move(n));
-    kept_nics.push_back(p);
-  }
-
-  for (hwloc_obj_t g : gpu_objs) {
-    m.gpu_nic_hops.emplace_back();
-    for (hwloc_obj_t n : kept_nics) m.gpu_nic_hops.back().push_back(hops(g, n));
-  }
-  for (std::size_t i = 0; i < m.numas.size(); ++i) {
-    m.numa_nic_hops.emplace_back();
-    // A NUMA node is a memory child; its parent is the package/die its cores share.
-    hwloc_obj_t anchor = i < numa_objs.size() ? numa_objs[i]->parent : hwloc_get_root_obj(topo);
-    for (hwloc_obj_t n : kept_nics) m.numa_nic_hops.back().push_back(hops(anchor, n));
-  }
-  return m;
-}
-
-bool fresh_since_boot(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return false;
-  std::ifstream uptime("/proc/uptime");
-  double up = 0;
-  if (!(uptime >> up)) return true;  // cannot tell: trust the file
-  return st.st_mtime >= ::time(nullptr) - static_cast<time_t>(up);
+std::optional<std::string> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  return buf.str();
 }
 
 void write_atomically(const std::string& path, const std::string& text) {
@@ -200,6 +124,30 @@ void write_atomically(const std::string& path, const std::string& text) {
   }
 }
 
+void try_write(const std::string& path, const std::string& bytes, const std::string& what) {
+  if (path.empty()) return;
+  try {
+    write_atomically(path, bytes);
+    log::info("cached this node's " + what + " in " + path);
+  } catch (const Error& e) {
+    log::warn(e.what());
+  }
+}
+
+TopologyPtr live_topology() {
+  auto topo = make_topology(false);
+  if (hwloc_topology_load(topo.get()) != 0)
+    throw Error(explain("hwloc cannot discover this machine's topology", std::strerror(errno),
+                        "run `lstopo` on the node to see hwloc's reason"));
+  return topo;
+}
+
+// What changes the live topology: a reboot (new boot id). hwloc's version is in every key.
+std::string boot_id() {
+  auto id = read_file("/proc/sys/kernel/random/boot_id");
+  return "live:" + id.value_or("unknown-boot");
+}
+
 }  // namespace
 
 IndexList Machine::all_pus() const {
@@ -210,31 +158,16 @@ IndexList Machine::all_pus() const {
 }
 
 Machine load_xml_file(const std::string& path) {
-  auto topo = make_topology(true);
-  if (hwloc_topology_set_xml(topo.get(), path.c_str()) != 0)
+  auto xml = read_file(path);
+  if (!xml)
     throw Error(explain("cannot read the topology file " + path, std::strerror(errno),
                         "give an hwloc XML file (`lstopo FILE.xml` writes one)"));
-  load_or_throw(topo.get(), path);
-  return describe(topo.get());
+  return load_xml_text(*xml, "the topology file " + path, path);
 }
 
-Machine load_xml_buffer(const std::string& xml) {
-  auto topo = make_topology(true);
-  if (hwloc_topology_set_xmlbuffer(topo.get(), xml.data(), static_cast<int>(xml.size() + 1)) != 0)
-    throw Error(explain("cannot parse an hwloc XML buffer", std::strerror(errno), "give hwloc v2 XML"));
-  load_or_throw(topo.get(), "an XML buffer");
-  return describe(topo.get());
-}
+Machine load_xml_buffer(const std::string& xml, const std::string& what) { return load_xml_text(xml, what); }
 
-namespace {
-TopologyPtr live_topology() {
-  auto topo = make_topology(false);
-  load_or_throw(topo.get(), "this machine (hwloc live discovery)");
-  return topo;
-}
-}  // namespace
-
-Machine load_live() { return describe(live_topology().get()); }
+Machine load_live() { return describe(live_topology().get(), true); }
 
 std::string live_topology_xml() {
   auto topo = live_topology();
@@ -247,16 +180,29 @@ std::string live_topology_xml() {
   return xml;
 }
 
-Machine load_cached(const std::string& path) {
-  if (fresh_since_boot(path)) return load_xml_file(path);
-  const std::string xml = live_topology_xml();
-  try {
-    write_atomically(path, xml);
-    log::info("cached this node's topology in " + path);
-  } catch (const Error& e) {
-    log::warn(e.what());
+Machine load_cached(const TopologySource& source) {
+  std::optional<std::string> xml;
+  if (!source.xml_path.empty()) xml = read_file(source.xml_path);
+  const std::uint64_t key = cache_key(xml ? "xml:" + *xml : boot_id());
+  if (!source.cache_path.empty())
+    if (auto bytes = read_file(source.cache_path))
+      if (auto cached = decode_machine(*bytes, key)) return std::move(*cached);
+  Machine m;
+  if (xml) {
+    m = load_xml_text(*xml, "the topology file " + source.xml_path, source.xml_path);
+  } else if (!source.xml_path.empty()) {
+    // topology= names a file that is not there yet: discover once and write it, so
+    // saker-topo and people can read what the plugin used.
+    const std::string live = live_topology_xml();
+    try_write(source.xml_path, live, "topology (hwloc XML)");
+    m = load_xml_text(live, "this machine's topology");
+    try_write(source.cache_path, encode_machine(m, cache_key("xml:" + live)), "topology (compact)");
+    return m;
+  } else {
+    m = load_live();
   }
-  return load_xml_buffer(xml);
+  try_write(source.cache_path, encode_machine(m, key), "topology (compact)");
+  return m;
 }
 
 }  // namespace saker::affinity

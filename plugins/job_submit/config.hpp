@@ -3,6 +3,7 @@
 // '#' comments. Unknown keys are errors: a typo must not silently drop a rule.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -11,7 +12,9 @@ namespace saker::job_submit {
 struct Config {
   std::string policy;           // policy=/abs/path.yaml (required)
   std::string audit;            // audit=/abs/path.log (default: saker-audit.log beside the conf)
+  std::string audit_key;        // audit_key=/abs/path (MAC key of the audit log's sealed head; optional)
   unsigned reload_interval_ms = 1000;  // reload_interval=SECONDS (how often the policy file is stat()ed)
+  std::size_t max_policy_bytes = 4u << 20;  // max_policy_bytes=N (larger policy files are refused)
 };
 
 // The path of job_submit_saker.conf for a given SLURM_CONF value (may be null).

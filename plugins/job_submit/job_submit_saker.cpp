@@ -82,7 +82,7 @@ int decide(job_desc_msg_t* job, uint32_t uid, char** err_msg, const char* event)
   entry.uid = q.uid;
   entry.user = q.user;
   entry.account = q.account;
-  entry.job_id = q.job_id;
+  if (q.job_id != 0) entry.job_id = std::to_string(q.job_id);
   entry.partition = q.partition;
   entry.datasets = q.datasets;
   std::string why;

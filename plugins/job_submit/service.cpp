@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "common/log.hpp"
+#include "policies/audit_head.hpp"
 
 extern "C" {
 #include <slurm/slurm.h>
@@ -93,7 +94,17 @@ Service::Service() {
   } else {
     poll_policy();
   }
-  audit_ = std::make_unique<policy::audit::Log>(config_.audit);
+  std::string key;
+  if (!config_.audit_key.empty()) {
+    // Availability fails safe: without its key the log is still written, with an unkeyed
+    // head, which `saker-policy audit verify --key` then reports.
+    try {
+      key = policy::audit::read_key_file(config_.audit_key);
+    } catch (const std::exception& e) {
+      saker::log::error(std::string("job_submit/saker: ") + e.what() + "; sealing the audit log without a MAC");
+    }
+  }
+  audit_ = std::make_unique<policy::audit::Log>(config_.audit, key);
   job_source_ = std::make_unique<SlurmJobSource>();
   index_ = std::make_unique<JobIndex>(*job_source_);
   thread_ = std::thread([this] { run(); });
@@ -160,7 +171,9 @@ void Service::poll_policy() {
   if (now == loaded_) return;
   loaded_ = now;
   try {
-    auto fresh = policy::Policy::load_file(config_.policy);
+    policy::LoadLimits limits;
+    limits.max_bytes = config_.max_policy_bytes;
+    auto fresh = policy::Policy::load_file(config_.policy, limits);
     const std::lock_guard<std::mutex> lock(mutex_);
     policy_ = fresh;
     saker::log::info("job_submit/saker: policy " + config_.policy + " loaded, revision " + fresh->revision());

@@ -4,8 +4,10 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <optional>
+#include <sstream>
 #include <string>
 
 extern "C" {
@@ -13,8 +15,10 @@ extern "C" {
 }
 
 #include "common/error.hpp"
+#include "common/hostlist.hpp"
 #include "common/log.hpp"
 #include "plugins/affinity/binding.hpp"
+#include "plugins/affinity/gres_check.hpp"
 #include "plugins/affinity/plan_table.hpp"
 #include "plugins/affinity/planner.hpp"
 #include "plugins/affinity/topology.hpp"
@@ -31,6 +35,7 @@ struct StepState {
   // The step's GPUs as slurmstepd sees them before the tasks fork. A task's own copy
   // may show only its GPU (--gpus-per-task binds per task), but the plan needs them all.
   std::string step_gpus, visible;
+  std::string node;  // this node's Slurm name
 };
 StepState g_step;
 
@@ -64,20 +69,47 @@ bool is_rank_step(spank_t sp) {
 // without it otherwise (the plugin must load in any daemon).
 const slurm_conf_t* daemon_conf() { return static_cast<const slurm_conf_t*>(::dlsym(RTLD_DEFAULT, "slurm_conf")); }
 
-std::string default_cache_path() {
+std::string getenv_of(spank_t sp, const char* name) {
+  char buf[4096];
+  if (spank_getenv(sp, name, buf, sizeof buf) != ESPANK_SUCCESS) return {};
+  return buf;
+}
+
+std::string short_hostname() {
+  char host[256] = {0};
+  ::gethostname(host, sizeof host - 1);
+  std::string name(host);
+  return name.substr(0, name.find('.'));
+}
+
+// This node's Slurm name (not always the host name: several slurmd per host, or
+// NodeHostname= aliases): the step's node list at this node's relative id.
+std::string node_name(spank_t sp) {
+  if (auto name = getenv_of(sp, "SLURMD_NODENAME"); !name.empty()) return name;
+  uint32_t id = 0;
+  std::string list = getenv_of(sp, "SLURM_STEP_NODELIST");
+  if (list.empty()) list = getenv_of(sp, "SLURM_JOB_NODELIST");
+  if (!list.empty() && spank_get_item(sp, S_JOB_NODEID, &id) == ESPANK_SUCCESS) {
+    try {
+      const auto nodes = saker::hostlist::expand(list);
+      if (id < nodes.size()) return nodes[id];
+    } catch (const std::exception&) {
+      // fall through to the host name
+    }
+  }
+  return short_hostname();
+}
+
+// The compact topology cache lives in slurmd's spool (root-owned, per node).
+std::string default_cache_path(const std::string& node) {
   const slurm_conf_t* conf = daemon_conf();
   if (conf == nullptr || conf->slurmd_spooldir == nullptr) return {};
   std::string dir = conf->slurmd_spooldir;
-  // %n/%h: with one slurmd per host (the usual case) the node is this host. With
-  // several slurmd per host the directory will not exist and no cache is kept.
-  char host[256] = {0};
-  ::gethostname(host, sizeof host - 1);
-  std::string shortname(host);
-  shortname = shortname.substr(0, shortname.find('.'));
-  for (const char* token : {"%n", "%h"})
-    for (auto pos = dir.find(token); pos != std::string::npos; pos = dir.find(token)) dir.replace(pos, 2, shortname);
+  const std::pair<const char*, std::string> tokens[] = {{"%n", node}, {"%h", short_hostname()}};
+  for (const auto& [token, value] : tokens)
+    for (auto pos = dir.find(token); pos != std::string::npos; pos = dir.find(token)) dir.replace(pos, 2, value);
   if (::access(dir.c_str(), W_OK) != 0) return {};
-  return dir + "/saker-topology.xml";
+  return dir + "/saker-topology.bin";
 }
 
 // ConstrainDevices=yes renumbers CUDA_VISIBLE_DEVICES from 0 inside the step.
@@ -96,19 +128,25 @@ aff::Renumbering renumbering() {
   return aff::Renumbering::detect;
 }
 
-aff::Machine load_machine(const Config& config) {
-  if (!config.topology_path.empty()) {
-    if (::access(config.topology_path.c_str(), R_OK) == 0) return aff::load_xml_file(config.topology_path);
-    return aff::load_cached(config.topology_path);  // absent: discover and cache it there
-  }
-  const std::string cache = default_cache_path();
-  return cache.empty() ? aff::load_live() : aff::load_cached(cache);
+// Slurm numbers and binds GPUs by gres.conf, Saker by the topology: when they disagree
+// every rank is shifted, so say so in slurmd's log at each step, from the node's first
+// task (whose environment names the node; the check reads one small file). gres.conf
+// sits next to slurm.conf.
+void log_gres_disagreements(const std::string& node, const aff::Machine& machine) {
+  const slurm_conf_t* conf = daemon_conf();
+  if (conf == nullptr || conf->slurm_conf == nullptr) return;
+  std::string path = conf->slurm_conf;
+  path = path.substr(0, path.rfind('/') + 1) + "gres.conf";
+  std::ifstream in(path);
+  if (!in) return;
+  std::stringstream text;
+  text << in.rdbuf();
+  for (const auto& problem : aff::check_gres_conf(machine, text.str(), node))
+    log::warn("gres.conf disagrees with the topology: " + problem + " (check with `saker-topo check-gres " + path + "`)");
 }
 
-std::string getenv_of(spank_t sp, const char* name) {
-  char buf[4096];
-  if (spank_getenv(sp, name, buf, sizeof buf) != ESPANK_SUCCESS) return {};
-  return buf;
+aff::Machine load_machine(const Config& config, const std::string& node) {
+  return aff::load_cached(aff::TopologySource{config.topology_path, default_cache_path(node)});
 }
 
 // Availability fails safe: without `strict` the task runs as Slurm launched it.
@@ -139,7 +177,8 @@ int affinity_prepare_step(spank_t sp, const Config& config) {
   g_step.step_gpus = getenv_of(sp, "SLURM_STEP_GPUS");
   g_step.visible = getenv_of(sp, "CUDA_VISIBLE_DEVICES");
   try {
-    g_step.machine = load_machine(config);
+    g_step.node = node_name(sp);
+    g_step.machine = load_machine(config, g_step.node);
   } catch (const std::exception& e) {
     g_step.load_error = std::string("cannot load the node topology: ") + e.what();
     log::warn(g_step.load_error);
@@ -156,6 +195,7 @@ int affinity_task_init(spank_t sp, const Config& config) {
   if (spank_get_item(sp, S_TASK_ID, &task) != ESPANK_SUCCESS ||
       spank_get_item(sp, S_JOB_LOCAL_TASK_COUNT, &local_tasks) != ESPANK_SUCCESS)
     return fall_back(config, "Slurm did not tell the local task id and count");
+  if (task == 0) log_gres_disagreements(g_step.node, machine);
   aff::Request request;
   aff::Plan plan;
   try {

@@ -2,10 +2,15 @@
 // and verify or show the audit trail. See saker-policy(1).
 #include <boost/program_options.hpp>
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 
 #include "policies/audit.hpp"
+#include "policies/audit_head.hpp"
 #include "saker/policy.hpp"
 
 namespace po = boost::program_options;
@@ -20,24 +25,47 @@ constexpr int kUsage = 2;        // bad command line
 constexpr int kBadPolicy = 3;    // the policy does not load
 constexpr int kIoError = 4;      // a file cannot be read
 
+// A file that cannot be read (exit 4).
+struct IoError : saker::Error {
+  using saker::Error::Error;
+};
+
 const char* kUsageText =
     "Usage:\n"
-    "  saker-policy check POLICY\n"
+    "  saker-policy check POLICY [--max-bytes N]\n"
     "  saker-policy explain --policy P --user U [--account A] [--group G]... [--partition X]\n"
-    "                       --dataset D[@V][,...] [--gpus N] [--gpus-per-task N] [--ntasks N] [--nodes N]\n"
-    "                       [--features F] [--node NODE]\n"
-    "  saker-policy audit verify FILE\n"
+    "                       [--dataset D[@V][,...]] [--gpus N] [--gpus-per-task N] [--ntasks N] [--nodes N]\n"
+    "                       [--features F] [--node NODE] [--max-bytes N]\n"
+    "  saker-policy audit verify FILE [--key KEYFILE] [--no-head]\n"
     "  saker-policy audit show FILE [--last N]\n"
     "  saker-policy --help\n"
     "\n"
     "Exit codes: 0 valid / allowed / intact, 1 denied (explain) or tampered (audit verify),\n"
     "2 usage error, 3 the policy does not load, 4 a file cannot be read.\n";
 
+// A policy file that cannot be read is an I/O problem (exit 4), not a bad policy (3).
+std::shared_ptr<const Policy> load(const std::string& path, const LoadLimits& limits) {
+  if (::access(path.c_str(), R_OK) != 0)
+    throw IoError(saker::explain("cannot read the policy file " + path, std::strerror(errno),
+                                 "check the path and its permissions"));
+  return Policy::load_file(path, limits);
+}
+
 int check(const std::vector<std::string>& args) {
-  if (args.size() != 1) { std::cerr << "saker-policy check: name one POLICY file\n" << kUsageText; return kUsage; }
-  const auto p = Policy::load_file(args[0]);
+  po::options_description o("check options");
+  std::vector<std::string> files;
+  LoadLimits limits;
+  o.add_options()("max-bytes", po::value(&limits.max_bytes), "largest policy file accepted (default 4 MiB)")(
+      "file", po::value(&files), "policy file");
+  po::positional_options_description pos;
+  pos.add("file", -1);
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(o).positional(pos).run(), vm);
+  po::notify(vm);
+  if (files.size() != 1) { std::cerr << "saker-policy check: name one POLICY file\n" << kUsageText; return kUsage; }
+  const auto p = load(files[0], limits);
   const Summary s = p->summary();
-  std::cout << args[0] << ": valid (schema version " << s.schema_version << ")\n"
+  std::cout << files[0] << ": valid (schema version " << s.schema_version << ")\n"
             << "  revision:   " << p->revision() << "\n"
             << "  zones: " << s.zones << ", partitions: " << s.partitions << ", node sets: " << s.node_sets
             << ", storage systems: " << s.storage << "\n"
@@ -49,6 +77,7 @@ int explain(const std::vector<std::string>& args) {
   po::options_description o("explain options");
   std::string policy_path, datasets, node;
   std::vector<std::string> groups;
+  LoadLimits limits;
   JobRequest q;
   o.add_options()("policy", po::value(&policy_path)->required(), "policy file")(
       "user", po::value(&q.user)->required(), "user name")("account", po::value(&q.account), "account")(
@@ -57,14 +86,16 @@ int explain(const std::vector<std::string>& args) {
       "dataset", po::value(&datasets), "datasets NAME[@VERSION][,...]")("gpus", po::value(&q.gpus), "GPUs for the job")(
       "gpus-per-task", po::value(&q.gpus_per_task), "GPUs per task")("ntasks", po::value(&q.ntasks), "tasks")(
       "nodes", po::value(&q.nodes), "nodes")("features", po::value(&q.features), "constraint expression")(
-      "node", po::value(&node), "also run the launch-time check for this node");
+      "node", po::value(&node), "also run the launch-time check for this node")(
+      "max-bytes", po::value(&limits.max_bytes), "largest policy file accepted (default 4 MiB)");
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(o).run(), vm);
   po::notify(vm);
   q.groups = groups;
   if (!datasets.empty()) q.datasets = parse_dataset_list(datasets);
-  const auto p = Policy::load_file(policy_path);
+  const auto p = load(policy_path, limits);
   const Decision d = p->evaluate(q);
+  if (q.datasets.empty()) std::cout << "datasets: none declared\n";
   std::cout << "decision: " << to_string(d.kind) << "\n";
   if (!d.partition.empty()) std::cout << "partition: " << d.partition << "\n";
   if (!d.added_features.empty()) std::cout << "features: " << d.features_after(q.features) << "\n";
@@ -81,20 +112,45 @@ int explain(const std::vector<std::string>& args) {
   return rc;
 }
 
+int audit_verify(const std::vector<std::string>& args) {
+  po::options_description o("audit verify options");
+  std::vector<std::string> files;
+  std::string key_file;
+  o.add_options()("key", po::value(&key_file), "the sealed head's MAC key (audit_key= of job_submit_saker.conf)")(
+      "no-head", "accept a log without a sealed head (logs written before Saker sealed them)")(
+      "file", po::value(&files), "audit log");
+  po::positional_options_description pos;
+  pos.add("file", -1);
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(o).positional(pos).run(), vm);
+  po::notify(vm);
+  if (files.size() != 1) { std::cerr << "saker-policy audit verify: name one FILE\n" << kUsageText; return kUsage; }
+  const std::string& file = files[0];
+  if (::access(file.c_str(), R_OK) != 0) {
+    std::cerr << "saker-policy: cannot read audit log " << file << ": " << std::strerror(errno) << "\n";
+    return kIoError;
+  }
+  audit::VerifyOptions options;
+  options.require_head = vm.count("no-head") == 0;
+  if (!key_file.empty()) options.key = audit::read_key_file(key_file);
+  const auto r = audit::verify_file(file, options);
+  // One line per problem, flushed as it is printed: a long report is never lost.
+  for (const auto& p : r.problems) std::cout << file << ":" << p.line << ": " << p.what << std::endl;
+  if (r.ok())
+    std::cout << file << ": " << r.records << " records, chain intact"
+              << (options.require_head ? ", sealed head matches" : "") << "\n";
+  else std::cout << file << ": " << r.problems.size() << " problem(s) in " << r.records << " records\n";
+  return r.ok() ? kOk : kDenied;
+}
+
 int audit_cmd(const std::vector<std::string>& args) {
   if (args.size() < 2 || (args[0] != "verify" && args[0] != "show")) {
     std::cerr << "saker-policy audit: use 'audit verify FILE' or 'audit show FILE'\n" << kUsageText;
     return kUsage;
   }
+  if (args[0] == "verify") return audit_verify({args.begin() + 1, args.end()});
   std::ifstream in(args[1], std::ios::binary);
   if (!in) { std::cerr << "saker-policy: cannot read audit log " << args[1] << "\n"; return kIoError; }
-  if (args[0] == "verify") {
-    const auto r = audit::verify(in);
-    for (const auto& p : r.problems) std::cout << args[1] << ":" << p.line << ": " << p.what << "\n";
-    if (r.ok()) std::cout << args[1] << ": " << r.records << " records, chain intact\n";
-    else std::cout << args[1] << ": " << r.problems.size() << " problem(s) in " << r.records << " records\n";
-    return r.ok() ? kOk : kDenied;
-  }
   std::size_t last = 0;
   if (args.size() == 4 && args[2] == "--last") last = std::stoul(args[3]);
   else if (args.size() != 2) { std::cerr << kUsageText; return kUsage; }
@@ -131,6 +187,9 @@ int main(int argc, char** argv) {
     if (cmd == "audit") return audit_cmd(args);
     std::cerr << "saker-policy: unknown command '" << cmd << "'\n" << kUsageText;
     return kUsage;
+  } catch (const IoError& e) {
+    std::cerr << "saker-policy: " << e.what() << "\n";
+    return kIoError;
   } catch (const LoadError& e) {
     std::cerr << "saker-policy: " << e.what() << "\n";
     return kBadPolicy;

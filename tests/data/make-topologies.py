@@ -199,6 +199,11 @@ FIXTURES = {
     "topo-itest-2cpu-4gpu.xml": topology("itest", [
         [[(0x00, [[gpu(0), gpu(1), ib(0)], [gpu(2), gpu(3), ib(1)]], [])]],
     ], smt=1, cores_per_numa=2),
+    # The srun overhead bench's node (bench/bench_affinity_srun.sh): the same 2 real CPUs,
+    # 8 GPUs in 4 switches, an HCA in the first two.
+    "topo-itest-2cpu-8gpu.xml": topology("itest8", [
+        [[(0x00, [[gpu(0), gpu(1), ib(0)], [gpu(2), gpu(3), ib(1)], [gpu(4), gpu(5)], [gpu(6), gpu(7)]], [])]],
+    ], smt=1, cores_per_numa=2),
 }
 
 

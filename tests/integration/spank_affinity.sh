@@ -69,13 +69,39 @@ assert_contains "$IT_OUT" "2 ranks on this node but the step has 1 GPU(s)" "the 
 assert_contains "$IT_OUT" "the task runs unbound" "the warning says the task is unbound"
 assert_contains "$IT_OUT" "rank=1 cpus=0-1" "the task really is unbound"
 
+# gres.conf cross-check: the cluster's gres.conf agrees with the fixture; a deliberately
+# wrong one (Cores= off the GPUs' cores, a GPU the node lacks) is reported by
+# saker-topo check-gres and, at step start, in slurmd's log. slurmd read gres.conf when
+# it started, so rewriting it now changes only what the plugin reads.
+gres="$(dirname "$SLURM_CONF")/gres.conf"
+node=$(awk -F'[= ]' '/^NodeName=/ { print $2; exit }' "$gres")
+assert_rc 0 "check-gres: the cluster's gres.conf agrees with the topology" -- \
+  "$saker_topo" check-gres "$gres" --topology "$topo" --node "$node"
+cp "$gres" "$gres.orig"
+sed -i -e "s|^\(NodeName=$node Name=gpu .*\)$|\1 Cores=1|" "$gres"
+echo "NodeName=$node Name=gpu File=$IT_PREFIX/nodes/$node/dev/nvidia7" >>"$gres"
+assert_rc 1 "check-gres: a wrong gres.conf is refused" -- "$saker_topo" check-gres "$gres" --topology "$topo" --node "$node"
+assert_contains "$IT_OUT" "has Cores=1, but GPU 0 (0000:02:00.0) is local to cores 0-1" "check-gres names the wrong cores"
+assert_contains "$IT_OUT" "names GPU 7, but the topology has 4 GPU(s)" "check-gres names the missing device"
+assert_rc 0 "a step on a node whose gres.conf disagrees still runs" -- srun -n1 --gres=gpu:1 true
+assert_contains "$(cat "$IT_PREFIX"/log/slurmd-*.log)" "gres.conf disagrees with the topology: gres.conf line" \
+  "slurmd's log says gres.conf disagrees"
+assert_contains "$(cat "$IT_PREFIX"/log/slurmd-*.log)" "names GPU 7, but the topology has 4 GPU(s)" \
+  "slurmd's log names the disagreement"
+mv "$gres.orig" "$gres"
+# Steps read the topology from a compact cache in slurmd's spool (SlurmdSpoolDir's %n is
+# the node's Slurm name, not this host's), written by the first step.
+assert_rc 0 "the compact topology cache is in the node's spool" -- test -s "$IT_PREFIX/nodes/$node/spool/saker-topology.bin"
+assert_contains "$(cat "$IT_PREFIX"/log/slurmd-*.log)" "topology (compact) in $IT_PREFIX/nodes/$node/spool/saker-topology.bin" \
+  "slurmd's log says it was written"
+
 # No test topology: the live one is discovered once, cached as XML, and read back by the
 # next step (this machine: 2 CPUs, no GPUs, so a CPU-only plan).
 cache="$IT_PREFIX/topology-cache.xml"
 sed -i "s|topology=[^ ]*|topology=$cache|" "$plugstack"
 assert_rc 0 "a step without a test topology runs" -- srun -n2 bash -c "$probe"
 assert_rc 0 "the live topology was cached as hwloc XML" -- hwloc-info --input "$cache"
-assert_contains "$(cat "$IT_PREFIX"/log/slurmd-*.log)" "cached this node's topology in $cache" "slurmd's log says so"
+assert_contains "$(cat "$IT_PREFIX"/log/slurmd-*.log)" "cached this node's topology (hwloc XML) in $cache" "slurmd's log says so"
 stamp=$(stat -c %Y.%i "$cache")
 assert_rc 0 "the next step reads the cache" -- srun -n2 bash -c "$probe"
 assert_eq "$stamp" "$(stat -c %Y.%i "$cache")" "the cache was not rewritten"

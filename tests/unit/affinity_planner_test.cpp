@@ -94,7 +94,7 @@ TEST_CASE("affinity planner: impossible requests say why") {
                     Catch::Contains("9 ranks") && Catch::Contains("8 GPU(s)") && Catch::Contains("--gpus-per-task"));
   CHECK_THROWS_WITH(make_plan(dgx(), request("0-7", 8, "0-15,32-47")),
                     Catch::Contains("rank 4: GPU 4 (0000:82:00.0) is local to NUMA node 1 (CPUs 16-31,48-63)") &&
-                        Catch::Contains("allowed: 0-15,32-47"));
+                        Catch::Contains("outside the job's CPUs (0-15,32-47)"));
   CHECK_THROWS_WITH(make_plan(dgx(), request("8", 1)), Catch::Contains("GPU 8") && Catch::Contains("8 GPU(s)"));
   CHECK_THROWS_WITH(make_plan(machine("topo-2s-cpu-only.xml"), request(nullptr, 2, "100-101")),
                     Catch::Contains("no core of this node"));

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "common/error.hpp"
+#include "plugins/affinity/machine_cache.hpp"
 #include "plugins/affinity/plan_table.hpp"
 #include "plugins/affinity/topology.hpp"
 
@@ -60,29 +61,94 @@ TEST_CASE("affinity topology: a missing or broken file is an error that names it
   CHECK_THROWS_AS(load_xml_buffer("<topology version=\"2.0\"><object"), saker::Error);
 }
 
-TEST_CASE("affinity topology: the cache is written once and then read back") {
-  char dir[] = "/tmp/saker-topo-test-XXXXXX";
-  REQUIRE(::mkdtemp(dir) != nullptr);
-  const std::string path = std::string(dir) + "/topology.xml";
-  const Machine live = load_cached(path);
-  struct stat first {};
-  REQUIRE(::stat(path.c_str(), &first) == 0);
-  CHECK(first.st_size > 0);
-  CHECK_FALSE(live.cores.empty());
-  // Mark the cache so the second load provably comes from it, not from a rediscovery.
-  std::ifstream in(path);
+TEST_CASE("affinity topology: each kind of broken file gets its own reason") {
+  CHECK_THROWS_WITH(load_xml_buffer(""), Catch::Contains("is empty"));
+  CHECK_THROWS_WITH(load_xml_buffer("  \n"), Catch::Contains("is empty"));
+  CHECK_THROWS_WITH(load_xml_buffer("\x7f" "ELF binary"), Catch::Contains("is not XML") && Catch::Contains(".ELF"));
+  CHECK_THROWS_WITH(load_xml_buffer("<?xml version=\"1.0\"?><html></html>"), Catch::Contains("not an hwloc topology"));
+  CHECK_THROWS_WITH(load_xml_buffer("<?xml version=\"1.0\"?>\n<topology version=\"2.0\">\n  <object type=\"Machine\""),
+                    Catch::Contains("is truncated") && Catch::Contains("no closing </topology>"));
+  // hwloc 3 exports version 3.0, which hwloc 2 refuses with only EINVAL.
+  const std::string v3 = "<?xml version=\"1.0\"?>\n<topology version=\"3.0\">\n<object type=\"Machine\"/>\n</topology>\n";
+  CHECK_THROWS_WITH(load_xml_buffer(v3), Catch::Contains("hwloc XML version 3.0") &&
+                                             Catch::Contains("--export-xml-flags v2") && Catch::Contains("newer hwloc"));
+  // Well-formed enough for the checks, but hwloc itself refuses it: say so, and how to see hwloc's reason.
+  CHECK_THROWS_WITH(load_xml_buffer("<topology version=\"2.0\"><object type=\"Bogus\"/></topology>"),
+                    Catch::Contains("hwloc cannot load") && Catch::Contains("HWLOC_XML_VERBOSE=1"));
+}
+
+namespace {
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char dir[] = "/tmp/saker-topo-test-XXXXXX";
+    REQUIRE(::mkdtemp(dir) != nullptr);
+    path = dir;
+  }
+  ~TempDir() {
+    for (const char* f : {"/topology.xml", "/topology.bin"}) ::unlink((path + f).c_str());
+    ::rmdir(path.c_str());
+  }
+};
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
   std::stringstream text;
   text << in.rdbuf();
-  std::string xml = text.str();
+  return text.str();
+}
+}  // namespace
+
+TEST_CASE("affinity topology: a file hwloc refuses is reported with hwloc's own reason") {
+  if (std::system("command -v hwloc-info >/dev/null 2>&1") != 0) {
+    WARN("hwloc-info is not installed: hwloc's reason cannot be asked for here");
+    return;
+  }
+  char path[] = "/tmp/saker-topo-bogus-XXXXXX";
+  const int fd = ::mkstemp(path);
+  REQUIRE(fd >= 0);
+  const std::string bogus = "<topology version=\"2.0\"><object type=\"Bogus\"/></topology>\n";
+  REQUIRE(::write(fd, bogus.data(), bogus.size()) == static_cast<ssize_t>(bogus.size()));
+  ::close(fd);
+  CHECK_THROWS_WITH(load_xml_file(path), Catch::Contains("hwloc says: unrecognized object type string Bogus") &&
+                                             Catch::Contains(path));
+  ::unlink(path);
+}
+
+TEST_CASE("affinity topology: an absent topology file is discovered once, written as XML, and cached") {
+  TempDir dir;
+  const TopologySource source{dir.path + "/topology.xml", dir.path + "/topology.bin"};
+  const Machine live = load_cached(source);
+  CHECK_FALSE(live.cores.empty());
+  CHECK(slurp(source.xml_path).find("<topology") != std::string::npos);
+  REQUIRE_FALSE(slurp(source.cache_path).empty());
+  // The compact cache answers the next load: poison the XML's bytes-to-key link by
+  // changing the cache's hostname only, and see it come back.
+  Machine marked = live;
+  marked.hostname = "from-cache";
+  std::ofstream(source.cache_path, std::ios::trunc | std::ios::binary)
+      << encode_machine(marked, cache_key("xml:" + slurp(source.xml_path)));
+  CHECK(load_cached(source).hostname == "from-cache");
+  // A changed topology file changes the key: the stale cache is not used.
+  std::string xml = slurp(source.xml_path);
   const auto pos = xml.find("<object type=\"Machine\"");
-  REQUIRE(pos != std::string::npos);
-  xml.insert(xml.find('>', pos) + 1, "<info name=\"HostName\" value=\"from-cache\"/>");
-  std::ofstream(path, std::ios::trunc) << xml;
-  const Machine cached = load_cached(path);
-  CHECK(cached.hostname == "from-cache");
-  CHECK(cached.all_pus() == live.all_pus());
-  ::unlink(path.c_str());
-  ::rmdir(dir);
+  xml.insert(xml.find('>', pos) + 1, "<info name=\"HostName\" value=\"edited\"/>");
+  std::ofstream(source.xml_path, std::ios::trunc) << xml;
+  CHECK(load_cached(source).hostname == "edited");
+}
+
+TEST_CASE("affinity topology: the compact cache round-trips and refuses what is not its own") {
+  const Machine m = load_xml_file(fixture("real/hp-sl390s-3tesla-ati-ib.xml"));
+  const std::string bytes = encode_machine(m, 42);
+  const auto back = decode_machine(bytes, 42);
+  REQUIRE(back.has_value());
+  CHECK(format_machine(*back) == format_machine(m));
+  CHECK_FALSE(decode_machine(bytes, 43).has_value());                            // other inputs
+  CHECK_FALSE(decode_machine(bytes.substr(0, bytes.size() - 1), 42).has_value());  // truncated
+  CHECK_FALSE(decode_machine(bytes + "x", 42).has_value());                      // trailing bytes
+  CHECK_FALSE(decode_machine("<topology version=\"2.0\">", 42).has_value());     // an old XML cache
+  std::string corrupt = bytes;
+  for (std::size_t i = 16; i < corrupt.size(); i += 7) corrupt[i] = static_cast<char>(0xff);
+  CHECK_FALSE(decode_machine(corrupt, 42).has_value());
 }
 
 TEST_CASE("affinity topology: show lists GPUs, NUMA nodes and NIC distances") {
@@ -91,4 +157,5 @@ TEST_CASE("affinity topology: show lists GPUs, NUMA nodes and NIC distances") {
   CHECK_THAT(text, Catch::Contains("mlx5_1:1"));
   CHECK_THAT(text, Catch::Contains("hops gpu3"));
   CHECK_THAT(text, Catch::Contains("0-15"));
+  CHECK_THAT(text, Catch::Contains("numbered by"));
 }

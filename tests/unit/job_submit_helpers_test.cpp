@@ -25,13 +25,20 @@ TEST_CASE("configuration keys are checked", "[job_submit]") {
   CHECK(c.audit == "/e/saker-audit.log");
   parse_config("policy=/p.yaml\npolcy=/q\n", "/e/j.conf", errors);
   REQUIRE(errors.size() == 1);
-  CHECK(errors[0] == "/e/j.conf:2: unknown key 'polcy'; accepted keys: policy, audit, reload_interval");
+  CHECK(errors[0] == "/e/j.conf:2: unknown key 'polcy'; accepted keys: policy, audit, audit_key, reload_interval, max_policy_bytes");
   errors.clear();
   parse_config("policy=relative.yaml\nreload_interval=0\njunk\n", "/e/j.conf", errors);
   CHECK(errors.size() == 3);
   errors.clear();
   parse_config("", "/e/j.conf", errors);
   CHECK(errors.size() == 1);
+  errors.clear();
+  c = parse_config("policy=/p.yaml\naudit_key=/etc/slurm/audit.key\nmax_policy_bytes=65536\n", "/e/j.conf", errors);
+  CHECK(errors.empty());
+  CHECK(c.audit_key == "/etc/slurm/audit.key");
+  CHECK(c.max_policy_bytes == 65536);
+  parse_config("policy=/p.yaml\naudit_key=key\nmax_policy_bytes=0\nmax_policy_bytes=4MiB\n", "/e/j.conf", errors);
+  CHECK(errors.size() == 3);
 }
 
 TEST_CASE("GPU counts from 22.05 TRES strings", "[job_submit]") {

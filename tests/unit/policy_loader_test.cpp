@@ -155,3 +155,51 @@ TEST_CASE("a missing file is a LoadError naming it", "[policy][loader]") {
     CHECK(std::string(e.what()).find("cannot open") != std::string::npos);
   }
 }
+
+// Limits: a hostile file is refused in milliseconds, at the place it goes wrong, before
+// libyaml's scanner can go quadratic on it.
+TEST_CASE("deep flow nesting is refused at the first level too deep", "[policy][loader][limits]") {
+  for (const int levels : {33, 20000, 100000}) {
+    const std::string text = "version: 1\nzones: " + std::string(static_cast<std::size_t>(levels), '[') +
+                             std::string(static_cast<std::size_t>(levels), ']') + "\n";
+    // "zones: " is 7 columns; the 33rd '[' is column 8 + 32.
+    expect_error(text, 2, 40, "nesting deeper than 32 levels");
+  }
+  expect_error("version: 1\nzones: " + std::string(40, '{') + "\n", 2, 40, "nesting deeper than 32 levels");
+}
+
+TEST_CASE("deep block nesting is refused too", "[policy][loader][limits]") {
+  std::string text = "version: 1\nzones:\n";
+  for (int i = 0; i < 40; ++i) text += std::string(static_cast<std::size_t>(2 * i + 2), ' ') + "- \n";
+  try {
+    Policy::load_string(text, "t.yaml");
+    FAIL("no error");
+  } catch (const LoadError& e) {
+    CHECK(std::string(e.what()).find("nesting deeper than 32 levels") != std::string::npos);
+    CHECK(e.line() > 2);
+  }
+}
+
+TEST_CASE("brackets in quotes and comments do not count as nesting", "[policy][loader][limits]") {
+  const std::string brackets(100, '[');
+  const std::string text = kHead + "# " + brackets + "\nnode_sets:\n  - name: \"" + brackets +
+                           "\"\n    nodes: n1\n";
+  try {
+    Policy::load_string(text, "t.yaml");
+  } catch (const LoadError& e) {
+    CHECK(std::string(e.what()).find("nesting") == std::string::npos);
+  }
+}
+
+TEST_CASE("over-long values and files are refused", "[policy][loader][limits]") {
+  expect_error(kHead + "node_sets:\n  - name: " + std::string(70000, 'a') + "\n", 12, 11, "a value of 70000 bytes");
+  saker::policy::LoadLimits small;
+  small.max_bytes = 100;
+  try {
+    Policy::load_string(kHead + "\n" + std::string(200, '#'), "t.yaml", small);
+    FAIL("no error");
+  } catch (const LoadError& e) {
+    CHECK(e.line() == 0);
+    CHECK(std::string(e.what()).rfind("t.yaml: the file is larger than the limit of 100 bytes", 0) == 0);
+  }
+}
