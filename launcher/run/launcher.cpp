@@ -13,6 +13,7 @@
 #include "common/error.hpp"
 #include "common/hostlist.hpp"
 #include "common/log.hpp"
+#include "launcher/run/heartbeat.hpp"
 #include "launcher/run/node_loss.hpp"
 #include "launcher/run/node_probe.hpp"
 #include "launcher/run/process.hpp"
@@ -47,10 +48,17 @@ bool requeue_job(const std::string& job_id) {
   return true;
 }
 
-Outcome classify(const StepResult& r, int preempt_signal, bool marker, bool timed_out, std::string* detail) {
-  if (r.all_ok && preempt_signal == 0) {
+Outcome classify(const StepResult& r, int preempt_signal, bool marker, const std::string& stopped_why,
+                 std::string* detail) {
+  if (r.all_ok && preempt_signal == 0 && stopped_why.empty()) {
     *detail = "";
     return Outcome::success;
+  }
+  // saker-run stopped the attempt itself (--timeout, a hung rank): a failure, even when
+  // the ranks used the grace period to checkpoint and exit with the preempted code.
+  if (!stopped_why.empty()) {
+    *detail = stopped_why;
+    return Outcome::timed_out;
   }
   if (preempt_signal != 0 || marker || r.all_preempted) {
     *detail = preempt_signal != 0 ? std::string("SIG") + sigabbrev_np(preempt_signal) + " received"
@@ -59,7 +67,51 @@ Outcome classify(const StepResult& r, int preempt_signal, bool marker, bool time
     return Outcome::preempted;
   }
   *detail = r.detail;
-  return timed_out ? Outcome::timed_out : Outcome::failed;
+  return Outcome::failed;
+}
+
+// Slurm's pseudo step ids (batch script, extern, interactive) are >= this; a real step
+// (srun) has a smaller SLURM_STEP_ID.
+constexpr unsigned long kFirstPseudoStepId = 0xfffffff0UL;
+
+// Inside `srun ... saker-run`, saker-run's own srun would wait forever for resources the
+// enclosing step holds ("step creation temporarily disabled"). Say so instead.
+void refuse_inside_step() {
+  const char* step = std::getenv("SLURM_STEP_ID");
+  if (step == nullptr || *step == '\0') return;
+  char* end = nullptr;
+  const unsigned long id = std::strtoul(step, &end, 10);
+  if (*end != '\0' || id >= kFirstPseudoStepId) return;
+  throw Error(explain("saker-run is running inside job step " + env_or("SLURM_JOB_ID", "?") + "." + step +
+                          " (started by srun)",
+                      "saker-run starts the step itself with srun; a nested srun would wait for the CPUs "
+                      "the enclosing step holds",
+                      "run saker-run once from the batch script or salloc shell, not under srun "
+                      "(sbatch -N2 --wrap 'saker-run -- PROG'), or use saker-run --local -n N inside the step"));
+}
+
+// Whether argv[0] can be executed here (PATH search as execvp does): a missing program
+// fails every attempt the same way, so it is refused before the first one.
+bool executable(const std::string& program) {
+  if (program.find('/') != std::string::npos) return ::access(program.c_str(), X_OK) == 0;
+  const std::string path = env_or("PATH", "/usr/bin:/bin");
+  std::size_t pos = 0;
+  while (pos <= path.size()) {
+    std::size_t colon = path.find(':', pos);
+    if (colon == std::string::npos) colon = path.size();
+    const std::string dir = colon > pos ? path.substr(pos, colon - pos) : ".";
+    const std::string candidate = dir + "/" + program;
+    struct stat st {};
+    if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(candidate.c_str(), X_OK) == 0) return true;
+    pos = colon + 1;
+  }
+  return false;
+}
+
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", s);
+  return buf;
 }
 
 // After a failed attempt inside Slurm: if a node of the job is lost, a restart would fail
@@ -115,6 +167,13 @@ int run_supervised(const RunOptions& o, const std::string& self) {
     throw Error(explain("saker-run is not inside a Slurm job", "SLURM_JOB_ID is not set",
                         "submit it in an sbatch script, or run saker-run --local -n N"));
   }
+  if (in_slurm) refuse_inside_step();
+  if (!executable(o.program.front())) {
+    log::error("saker-run: " + explain("cannot execute " + o.program.front(),
+                                       "it is not an executable file (nor found in PATH)",
+                                       "check the path and its permissions; nothing was started or restarted"));
+    return kExitExec;
+  }
   const std::string job_id = env_or("SLURM_JOB_ID", "");
   const std::string master_addr = in_slurm ? first_node_address(env_or("SLURM_JOB_NODELIST", "")) : "127.0.0.1";
   const std::unique_ptr<Step> step =
@@ -122,7 +181,20 @@ int run_supervised(const RunOptions& o, const std::string& self) {
   if (!o.ckpt_dir.empty()) std::filesystem::create_directories(o.ckpt_dir);
   const std::string marker = preempt_marker_path(o);
 
-  const Policy policy{o.max_restarts, in_slurm && o.requeue};
+  const Policy policy{o.max_restarts, in_slurm && o.requeue, !o.ckpt_dir.empty()};
+  // Heartbeats live beside the checkpoints (shared by every node on a real cluster), else
+  // in TMPDIR (seen by the ranks on this node).
+  const std::string heartbeat_dir = (!o.ckpt_dir.empty() ? o.ckpt_dir : env_or("TMPDIR", "/tmp")) +
+                                    "/.saker-heartbeat-" + env_or("SLURM_JOB_ID", "local") + "-" +
+                                    std::to_string(::getpid());
+  struct RemoveOnExit {
+    std::string dir;
+    ~RemoveOnExit() {
+      std::error_code ec;
+      if (!dir.empty()) std::filesystem::remove_all(dir, ec);
+    }
+  } heartbeat_cleanup{o.hang_timeout_s > 0 && !o.dry_run ? heartbeat_dir : ""};
+  const std::string run_id = in_slurm ? job_id : "local-" + std::to_string(::getpid());
   const std::string restarts_by_slurm = env_or("SLURM_RESTART_COUNT", "0");
   if (restarts_by_slurm != "0") {
     say("job " + job_id + " was requeued " + restarts_by_slurm + " time(s) by Slurm; resuming from the latest checkpoint" +
@@ -148,6 +220,11 @@ int run_supervised(const RunOptions& o, const std::string& self) {
     env[kAttemptEnv] = std::to_string(attempt.number);
     env[kPreemptMarkerEnv] = marker;
     if (!o.ckpt_dir.empty()) env[kCkptDirEnv] = o.ckpt_dir;
+    for (auto& [k, v] : elastic_env(restarts, o.max_restarts, run_id)) env[k] = v;
+    if (o.hang_timeout_s > 0) {
+      reset_heartbeat_dir(heartbeat_dir);
+      env[kHeartbeatDirEnv] = heartbeat_dir;
+    }
     const double started = wall_clock();
     std::printf("saker-run: attempt %d starting at %.3f (%s)\n", attempt.number, started,
                 in_slurm ? ("job " + job_id + ", restart count " + restarts_by_slurm).c_str()
@@ -157,7 +234,8 @@ int run_supervised(const RunOptions& o, const std::string& self) {
 
     int preempt_signal = 0;
     double grace_deadline = 0;
-    bool timed_out = false;
+    std::string stopped_why;  // saker-run stops the attempt: --timeout or a hung rank
+    double next_heartbeat_check = started + 1;
     bool killed = false;
     double next_probe = 0;
     int probes = 0;
@@ -194,18 +272,38 @@ int run_supervised(const RunOptions& o, const std::string& self) {
         step->kill_all();
         killed = true;
       }
-      if (!killed && o.timeout_s > 0 && now - started > o.timeout_s) {
-        say("attempt " + std::to_string(attempt.number) + " ran past --timeout " +
-            std::to_string(o.timeout_s).substr(0, std::to_string(o.timeout_s).find(".") + 2) + " s: killing it");
+      if (!killed && !stopped_why.empty() && now > grace_deadline) {
+        say("attempt " + std::to_string(attempt.number) + ": the ranks still run " + seconds_text(o.grace_s) +
+            " s (--grace) after SIGTERM: killing them (SIGKILL)");
         step->kill_all();
-        killed = timed_out = true;
+        killed = true;
+      }
+      if (stopped_why.empty() && preempt_signal == 0 && !killed) {
+        if (o.timeout_s > 0 && now - started > o.timeout_s) {
+          stopped_why = "ran past --timeout " + seconds_text(o.timeout_s) + " s";
+        } else if (o.hang_timeout_s > 0 && now >= next_heartbeat_check) {
+          next_heartbeat_check = now + 1;
+          if (const auto stale = stale_heartbeat(heartbeat_dir, now, o.hang_timeout_s)) {
+            stopped_why = "rank " + std::to_string(stale->rank) + " made no progress for " +
+                          seconds_text(static_cast<int>(stale->silent_s)) + " s (heartbeat " + heartbeat_dir +
+                          "/rank-" + std::to_string(stale->rank) + " unchanged; --hang-timeout " +
+                          seconds_text(o.hang_timeout_s) + " s)";
+          }
+        }
+        if (!stopped_why.empty()) {
+          grace_deadline = now + o.grace_s;
+          say("attempt " + std::to_string(attempt.number) + " " + stopped_why + ": sending SIGTERM, then SIGKILL after " +
+              seconds_text(o.grace_s) + " s (--grace)");
+          step->terminate();
+        }
       }
     }
     attempt.seconds = wall_clock() - started;
     const bool marker_seen = std::filesystem::exists(marker);
     std::filesystem::remove(marker);
-    attempt.outcome = classify(step->result(), preempt_signal, marker_seen, timed_out, &attempt.detail);
+    attempt.outcome = classify(step->result(), preempt_signal, marker_seen, stopped_why, &attempt.detail);
     attempt.refused = step->result().refused;
+    attempt.refused_code = step->result().refused_code;
     attempts.push_back(attempt);
 
     // A lost node is not the program's fault: whatever restarts are left, move the job
@@ -238,7 +336,12 @@ int run_supervised(const RunOptions& o, const std::string& self) {
         return requeue_job(job_id) ? kExitPreempted : kExitLaunch;
       case Action::give_up:
         say(summary(attempts, d));
-        return attempt.outcome == Outcome::preempted ? kExitPreempted : kExitStepFailed;
+        if (attempt.outcome == Outcome::preempted) return kExitPreempted;
+        // A refusal keeps its meaning (saker(7)): 2 usage, 78 refused settings, 127 cannot execute.
+        if (attempt.outcome == Outcome::failed && attempt.refused) {
+          return attempt.refused_code == 126 ? kExitExec : attempt.refused_code;
+        }
+        return kExitStepFailed;
     }
   }
 }

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <csignal>
+#include <cstring>
 #include <regex>
 
 #include "common/hostlist.hpp"
@@ -32,6 +34,35 @@ bool is_srun_task_failure_line(const std::string& line) {
   // failure on NODE".
   static const std::regex failure(R"(^srun: error: (\S+: tasks? [0-9,-]+: (Exited|Killed|Terminated|Segmentation)|Node failure on ))");
   return std::regex_search(line, failure);
+}
+
+TaskFailure parse_srun_task_failure(const std::string& line) {
+  static const std::regex task_line(R"(^srun: error: (\S+): tasks? ([0-9,-]+): (.*)$)");
+  std::smatch m;
+  TaskFailure out;
+  if (!std::regex_search(line, m, task_line)) return out;
+  const std::string node = m[1], tasks = m[2], what = m[3];
+  const std::string who = (tasks.find_first_of(",-") == std::string::npos ? "task " : "tasks ") + tasks +
+                          " (rank " + tasks + ") on " + node;
+  static const std::regex exited(R"(^Exited with exit code ([0-9]+))");
+  std::smatch e;
+  if (std::regex_search(what, e, exited)) {
+    out.exit_code = std::stoi(e[1]);
+    out.detail = who + " exited with code " + std::string(e[1]);
+    return out;
+  }
+  // srun prints strsignal()'s text ("Killed", "Terminated", "Segmentation fault").
+  for (int sig = 1; sig < NSIG; ++sig) {
+    const char* text = strsignal(sig);
+    const char* abbrev = sigabbrev_np(sig);
+    if (text == nullptr || abbrev == nullptr) continue;
+    if (what.rfind(text, 0) == 0) {
+      out.detail = who + " killed by SIG" + abbrev;
+      return out;
+    }
+  }
+  out.detail = who + ": " + what;
+  return out;
 }
 
 std::string surviving_nodes(const std::string& nodelist, const std::vector<std::string>& lost) {

@@ -22,6 +22,16 @@ namespace saker::run {
 // probe the nodes (each probe is a connection slurmd logs as an error).
 bool is_srun_task_failure_line(const std::string& line);
 
+// What one of srun's task-failure lines says, in saker-run's words: "srun: error: saker2:
+// task 1: Killed" gives {"task 1 (rank 1) on saker2 killed by SIGKILL", -1}; "... task 0:
+// Exited with exit code 3" gives {"task 0 (rank 0) on saker1 exited with code 3", 3}.
+// Empty detail when the line is not one.
+struct TaskFailure {
+  std::string detail;
+  int exit_code = -1;  // -1 when killed by a signal
+};
+TaskFailure parse_srun_task_failure(const std::string& line);
+
 // The nodes of `nodelist` that are not in `lost`, as a compressed hostlist.
 std::string surviving_nodes(const std::string& nodelist, const std::vector<std::string>& lost);
 

@@ -9,33 +9,59 @@
 namespace po = boost::program_options;
 
 namespace saker::run {
+namespace {
+
+// Index of the program's name (or of the "--" before it) in argv: the first argument that
+// is neither an option nor the value of one. Options that take a value and are written
+// without "=" ("-n 2", "--ckpt-dir D") consume the next argument.
+int program_start(int argc, const char* const* argv, const po::options_description& options) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--" || a.size() < 2 || a[0] != '-') return i;
+    if (a.find('=') != std::string::npos) continue;
+    const bool is_long = a.compare(0, 2, "--") == 0;
+    if (!is_long && a.size() > 2) continue;  // "-n2"
+    const po::option_description* d = options.find_nothrow(is_long ? a.substr(2) : a, false, false, false);
+    if (d != nullptr && d->semantic()->max_tokens() > 0) ++i;
+  }
+  return argc;
+}
+
+}  // namespace
 
 RunOptions parse_run_options(int argc, const char* const* argv, std::string* help_text) {
   RunOptions o;
   po::options_description visible(
-      "Usage: saker-run [OPTIONS] -- PROGRAM [ARGS...]\n"
-      "       saker-run --local -n N [OPTIONS] -- PROGRAM [ARGS...]\n\n"
+      "Usage: saker-run [OPTIONS] [--] PROGRAM [ARGS...]\n"
+      "       saker-run --local -n N [OPTIONS] [--] PROGRAM [ARGS...]\n\n"
       "Launches PROGRAM as the ranks of a training job (srun inside Slurm, N local\n"
       "processes with --local), exports the rank variables Saker and torch.distributed\n"
-      "read, forwards preemption signals, requeues, and restarts failed steps.\n\nOptions");
+      "read, forwards preemption signals, requeues, and restarts failed steps.\n"
+      "Like srun and torchrun, option parsing stops at PROGRAM: everything after it is\n"
+      "PROGRAM's, so `saker-run --local -n 2 train --epochs 3` works; `--` is optional.\n\nOptions");
   bool no_requeue = false;
   visible.add_options()
       ("help,h", "print this help and exit")
       ("local", po::bool_switch(&o.local), "run the ranks on this machine, without Slurm")
       ("ntasks,n", po::value<int>(&o.ntasks)->default_value(1), "number of ranks with --local")
       ("max-restarts", po::value<int>(&o.max_restarts)->default_value(3),
-       "restarts of a failed step from the latest checkpoint before giving up")
+       "restarts of a failed step before giving up (from the latest checkpoint with --ckpt-dir)")
       ("ckpt-dir", po::value<std::string>(&o.ckpt_dir), "checkpoint directory, exported as SAKER_CKPT_DIR")
       ("grace", po::value<double>(&o.grace_s)->default_value(60),
-       "seconds to wait for the emergency checkpoint after forwarding a preemption signal")
+       "seconds between SIGTERM (or a forwarded preemption signal) and SIGKILL, for the ranks' "
+       "emergency checkpoint (preemption, --timeout, --hang-timeout)")
       ("timeout", po::value<double>(&o.timeout_s)->default_value(0),
-       "wall-clock seconds one attempt may run before it is killed and counted as failed (0: no limit)")
+       "wall-clock seconds one attempt may run; then SIGTERM, --grace, SIGKILL, counted as failed (0: no limit)")
+      ("hang-timeout", po::value<double>(&o.hang_timeout_s)->default_value(600),
+       "seconds a rank's heartbeat file ($SAKER_HEARTBEAT_DIR/rank-N, touched by the rank, e.g. by "
+       "saker-train every step) may stay unchanged before the rank counts as hung: the attempt is "
+       "stopped like --timeout and counted as failed (0: off; ranks that never touch it are not watched)")
       ("master-port", po::value<int>(&o.master_port)->default_value(0),
        "MASTER_PORT for the ranks (default: a free port, new for each attempt)")
       ("srun-arg", po::value<std::vector<std::string>>(&o.srun_args)->composing(),
        "extra argument for srun (repeatable), e.g. --srun-arg=--cpu-bind=cores")
       ("no-requeue", po::bool_switch(&no_requeue), "on preemption stop instead of running scontrol requeue")
-      ("dry-run", po::bool_switch(&o.dry_run), "print the launch command and environment, run nothing");
+      ("dry-run", po::bool_switch(&o.dry_run), "print the launch command and MASTER_ADDR; run nothing");
   po::options_description hidden;
   hidden.add_options()
       ("exec-rank", po::bool_switch(&o.exec_rank), "internal: set this task's rank variables and exec")
@@ -45,11 +71,9 @@ RunOptions parse_run_options(int argc, const char* const* argv, std::string* hel
   po::positional_options_description positional;
   positional.add("program", -1);
 
-  // Everything after the first "--" is the program, never saker-run's options.
-  int split = argc;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--") == 0) { split = i; break; }
-  }
+  // Everything from the program name on (or after the first "--") is the program's,
+  // never saker-run's options, as with srun and torchrun.
+  const int split = program_start(argc, argv, all);
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(split, argv).options(all).positional(positional).run(), vm);
@@ -57,7 +81,9 @@ RunOptions parse_run_options(int argc, const char* const* argv, std::string* hel
   } catch (const po::error& e) {
     throw Error(explain("bad command line", e.what(), "run saker-run --help"));
   }
-  for (int i = split + 1; i < argc; ++i) o.program.emplace_back(argv[i]);
+  for (int i = split < argc && std::strcmp(argv[split], "--") == 0 ? split + 1 : split; i < argc; ++i) {
+    o.program.emplace_back(argv[i]);
+  }
   o.help = vm.count("help") > 0;
   o.requeue = !no_requeue;
   if (help_text != nullptr) {
@@ -75,7 +101,9 @@ RunOptions parse_run_options(int argc, const char* const* argv, std::string* hel
                         "use sbatch --ntasks/--nodes, or add --local"));
   }
   if (o.max_restarts < 0) throw Error(explain("--max-restarts is negative", "it counts restarts", "pass 0 or more"));
-  if (o.grace_s < 0 || o.timeout_s < 0) throw Error(explain("--grace/--timeout is negative", "they are durations", "pass 0 or more seconds"));
+  if (o.grace_s < 0 || o.timeout_s < 0 || o.hang_timeout_s < 0) {
+    throw Error(explain("--grace/--timeout/--hang-timeout is negative", "they are durations", "pass 0 or more seconds"));
+  }
   if (o.master_port < 0 || o.master_port > 65535) throw Error(explain("--master-port is out of range", "TCP ports are 1-65535", "pass a free port"));
   return o;
 }

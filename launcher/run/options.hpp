@@ -13,7 +13,7 @@ inline constexpr int kExitStepFailed = 1;   // the step failed and every restart
 inline constexpr int kExitUsage = 2;        // bad command line
 inline constexpr int kExitLaunch = 3;       // could not set up the launch (environment, requeue)
 inline constexpr int kExitPreempted = 75;   // preempted: the job was requeued, or (--local) stopped
-inline constexpr int kExitExec = 127;       // --exec-rank could not execute the program
+inline constexpr int kExitExec = 127;       // the program cannot be executed (not found, not executable)
 
 struct RunOptions {
   bool help = false;
@@ -23,8 +23,9 @@ struct RunOptions {
   bool requeue = true;          // requeue the job on preemption (Slurm mode)
   int ntasks = 1;               // --local only
   int max_restarts = 3;
-  double grace_s = 60;          // wait for the emergency checkpoint after forwarding the signal
+  double grace_s = 60;          // SIGTERM (or the preemption signal) to SIGKILL: time to checkpoint
   double timeout_s = 0;         // per-attempt limit; 0 = none
+  double hang_timeout_s = 600;  // a rank whose heartbeat is this old is hung; 0 = no hang detection
   int master_port = 0;          // 0 = pick a free one per attempt
   std::string ckpt_dir;
   std::vector<std::string> srun_args;

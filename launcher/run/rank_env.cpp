@@ -114,6 +114,7 @@ Env rank_env_from_slurm(const Env& task_env) {
   out["SAKER_LOCAL_RANK"] = out["LOCAL_RANK"];
   out["LOCAL_WORLD_SIZE"] = std::to_string(per_node[node]);
   out["GROUP_RANK"] = std::to_string(node);
+  out["GROUP_WORLD_SIZE"] = std::to_string(per_node.size());
   return out;
 }
 
@@ -125,9 +126,22 @@ Env local_rank_env(int rank, int world) {
   out["LOCAL_RANK"] = out["RANK"];
   out["LOCAL_WORLD_SIZE"] = out["WORLD_SIZE"];
   out["GROUP_RANK"] = "0";
+  out["GROUP_WORLD_SIZE"] = "1";
+  // torchrun runs one role, "default", spanning every rank.
+  out["ROLE_NAME"] = "default";
+  out["ROLE_RANK"] = out["RANK"];
+  out["ROLE_WORLD_SIZE"] = out["WORLD_SIZE"];
   out["SAKER_RANK"] = out["RANK"];
   out["SAKER_WORLD_SIZE"] = out["WORLD_SIZE"];
   out["SAKER_LOCAL_RANK"] = out["LOCAL_RANK"];
+  return out;
+}
+
+Env elastic_env(int restart_count, int max_restarts, const std::string& run_id) {
+  Env out;
+  out["TORCHELASTIC_RESTART_COUNT"] = std::to_string(restart_count);
+  out["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(max_restarts);
+  out["TORCHELASTIC_RUN_ID"] = run_id;
   return out;
 }
 

@@ -33,8 +33,15 @@ std::vector<int> parse_tasks_per_node(const std::string& spec);
 // naming the missing variable when the task was not started by srun.
 Env rank_env_from_slurm(const Env& task_env);
 
-// The rank variables of rank `rank` of `world` local processes (saker-run --local).
+// The rank variables of rank `rank` of `world` local processes (saker-run --local): one
+// node, one torchrun role ("default"), so ROLE_RANK = RANK and GROUP_WORLD_SIZE = 1.
 Env local_rank_env(int rank, int world);
+
+// torchrun's elastic-agent variables, the same on every rank of one attempt:
+// TORCHELASTIC_RESTART_COUNT (restarts of the step so far in this saker-run),
+// TORCHELASTIC_MAX_RESTARTS (--max-restarts) and TORCHELASTIC_RUN_ID (the Slurm job id, or
+// "local-PID" with --local), so scripts that read them behave as under torchrun.
+Env elastic_env(int restart_count, int max_restarts, const std::string& run_id);
 
 // MASTER_ADDR/MASTER_PORT plus the store address Saker's collective library reads.
 Env rendezvous_env(const std::string& master_addr, int master_port);

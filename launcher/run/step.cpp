@@ -1,12 +1,15 @@
 #include "launcher/run/step.hpp"
 
 #include <fcntl.h>
+#include <slurm/slurm.h>
+#include <slurm/slurm_errno.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -20,7 +23,7 @@ namespace saker::run {
 namespace {
 
 bool is_preempted_status(int status) { return WIFEXITED(status) && WEXITSTATUS(status) == kPreemptedExitCode; }
-bool is_refused_status(int status) { return WIFEXITED(status) && WEXITSTATUS(status) == kRefusedExitCode; }
+bool is_refused_status(int status) { return WIFEXITED(status) && is_refusal_exit_code(WEXITSTATUS(status)); }
 
 class LocalStep final : public Step {
  public:
@@ -78,6 +81,7 @@ class LocalStep final : public Step {
     if (failed_rank_ >= 0) {
       out.detail = "rank " + std::to_string(failed_rank_) + " " + describe_wait_status(status_[failed_rank_]);
       out.refused = is_refused_status(status_[failed_rank_]);
+      if (out.refused) out.refused_code = WEXITSTATUS(status_[failed_rank_]);
     } else if (out.all_preempted) {
       out.detail = "all ranks exited with the preempted code " + std::to_string(kPreemptedExitCode);
     } else if (!out.all_ok) {
@@ -112,6 +116,7 @@ class SrunStep final : public Step {
     join_relay();
     status_ = 0;
     failure_seen_ = false;
+    first_failure_ = TaskFailure{};
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) != 0) {
       throw Error(explain("cannot create a pipe for srun's stderr", std::strerror(errno), "check ulimit -n"));
@@ -127,8 +132,21 @@ class SrunStep final : public Step {
     relay_ = std::thread([this, fd = fds[0]] { relay(fd); });
   }
   bool task_failure_seen() const override { return failure_seen_.load(); }
-  // srun relays SIGTERM, SIGUSR1 and SIGUSR2 to every task of the step.
-  void forward(int sig) override { if (pid_ > 0) ::kill(pid_, sig); }
+  // srun relays SIGUSR1 and SIGUSR2 to every task of the step, but takes SIGTERM as
+  // "cancel the step" (it SIGKILLs the tasks at once: no grace) and SIGINT as "print
+  // status". Those two reach the tasks through slurmctld instead, as `scancel -s SIG JOBID`
+  // does: every step of the job, never the batch shell, which is this saker-run.
+  void forward(int sig) override {
+    if (pid_ <= 0) return;
+    if (sig == SIGTERM || sig == SIGINT) {
+      const char* job = std::getenv("SLURM_JOB_ID");
+      const unsigned long id = job != nullptr ? std::strtoul(job, nullptr, 10) : 0;
+      if (id != 0 && slurm_kill_job(static_cast<uint32_t>(id), static_cast<uint16_t>(sig), 0) == SLURM_SUCCESS) return;
+      log::warn(std::string("saker-run: cannot signal the ranks of job ") + (job != nullptr ? job : "?") +
+                " through slurmctld (" + slurm_strerror(slurm_get_errno()) + "); signalling srun instead");
+    }
+    ::kill(pid_, sig);
+  }
   void kill_all() override { forward(SIGKILL); }
 
   bool reap() override {
@@ -145,10 +163,16 @@ class SrunStep final : public Step {
     StepResult out;
     out.all_ok = WIFEXITED(status_) && WEXITSTATUS(status_) == 0;
     out.all_preempted = is_preempted_status(status_);
-    out.detail = "srun " + describe_wait_status(status_);
-    // srun exits with the highest task exit code; ranks refuse together (same settings), so
-    // 78 arrives unless a rank was killed first (then the step is restarted once more).
-    out.refused = is_refused_status(status_);
+    // srun's own status (e.g. 143 when it stopped the step) says little; the first task
+    // it reported failed says which rank, where and how.
+    out.detail = first_failure_.detail.empty() ? "srun " + describe_wait_status(status_) : first_failure_.detail;
+    if (first_failure_.exit_code >= 0) {
+      out.refused = is_refusal_exit_code(first_failure_.exit_code);
+      out.refused_code = first_failure_.exit_code;
+    } else if (first_failure_.detail.empty()) {
+      out.refused = is_refused_status(status_);
+      out.refused_code = WIFEXITED(status_) ? WEXITSTATUS(status_) : 0;
+    }
     return out;
   }
 
@@ -174,6 +198,7 @@ class SrunStep final : public Step {
           continue;
         }
         if (!failure_seen_.load() && is_srun_task_failure_line(line)) failure_seen_ = true;
+        if (first_failure_.detail.empty()) first_failure_ = parse_srun_task_failure(line);
         line.clear();
       }
     }
@@ -188,6 +213,7 @@ class SrunStep final : public Step {
   int status_ = 0;
   std::thread relay_;
   std::atomic<bool> failure_seen_{false};
+  TaskFailure first_failure_;  // written by the relay thread, read after it is joined
 };
 
 }  // namespace

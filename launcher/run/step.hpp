@@ -2,6 +2,7 @@
 // processes (saker-run --local). The supervisor only sees this interface.
 #pragma once
 
+#include <signal.h>
 #include <sys/types.h>
 
 #include <memory>
@@ -17,7 +18,8 @@ struct StepResult {
   bool all_ok = false;         // every rank (or srun) exited 0
   bool all_preempted = false;  // every rank that exited on its own used kPreemptedExitCode
   std::string detail;          // what ended the step, for logs and the summary
-  bool refused = false;        // the failing rank (or srun) exited with kRefusedExitCode
+  bool refused = false;        // the failing rank exited with a refusal code (is_refusal_exit_code)
+  int refused_code = 0;        // which one
 };
 
 class Step {
@@ -25,8 +27,11 @@ class Step {
   virtual ~Step() = default;
   // Starts the attempt with `env` added to each rank's environment.
   virtual void start(const Env& env, const sigset_t& child_mask) = 0;
-  // Passes a signal on to every rank.
+  // Passes a signal on to every rank (never to saker-run itself).
   virtual void forward(int sig) = 0;
+  // Asks every rank to stop (SIGTERM) so it can checkpoint; the caller SIGKILLs after its
+  // grace period.
+  virtual void terminate() { forward(SIGTERM); }
   // SIGKILLs everything still running.
   virtual void kill_all() = 0;
   // Reaps what has exited (never blocks); true once the whole step has ended.

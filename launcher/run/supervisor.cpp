@@ -7,6 +7,20 @@
 #include <sstream>
 
 namespace saker::run {
+namespace {
+
+std::string refusal_meaning(int code) {
+  switch (code) {
+    case 2: return "means a bad command line (usage error)";
+    case 126: return "means the program cannot be executed (not executable)";
+    case 127: return "means the program cannot be executed (not found)";
+    default: return "means the program refused its settings (e.g. the site policy refused the checkpoint directory)";
+  }
+}
+
+}  // namespace
+
+bool is_refusal_exit_code(int code) { return code == 2 || code == kRefusedExitCode || code == 126 || code == 127; }
 
 Decision decide(const Policy& policy, const Attempt& last, int restarts_done) {
   switch (last.outcome) {
@@ -26,14 +40,15 @@ Decision decide(const Policy& policy, const Attempt& last, int restarts_done) {
                            " (" + last.detail + ")";
   if (last.outcome == Outcome::failed && last.refused) {
     return {Action::give_up, "attempt " + std::to_string(last.number) + " " + what + ": exit code " +
-                                 std::to_string(kRefusedExitCode) + " means the program refused its settings "
-                                 "(e.g. the site policy refused the checkpoint directory); not restarting, "
-                                 "fix the setting its message names"};
+                                 std::to_string(last.refused_code) + " " + refusal_meaning(last.refused_code) +
+                                 "; not restarting (a restart would fail the same way): fix what its message names"};
   }
   if (restarts_done < policy.max_restarts) {
     return {Action::restart, "attempt " + std::to_string(last.number) + " " + what + ": restart " +
                                  std::to_string(restarts_done + 1) + " of " +
-                                 std::to_string(policy.max_restarts) + " from the latest checkpoint"};
+                                 std::to_string(policy.max_restarts) +
+                                 (policy.has_checkpoints ? " from the latest checkpoint"
+                                                         : " from the beginning (no --ckpt-dir, so no checkpoint to resume from)")};
   }
   return {Action::give_up, "attempt " + std::to_string(last.number) + " " + what + " and all " +
                                std::to_string(policy.max_restarts) + " restarts are spent (--max-restarts)"};

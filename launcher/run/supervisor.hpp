@@ -15,6 +15,10 @@ inline constexpr int kPreemptedExitCode = 75;
 // the same way" (EX_CONFIG), e.g. saker-train when the site policy refuses its checkpoint
 // directory. The step is not restarted.
 inline constexpr int kRefusedExitCode = 78;
+// Exit codes no restart can change (see saker(7)): 2 bad command line (usage), 78 refused
+// settings, 126 not executable, 127 not found. A rank that exits with one of them is not
+// restarted, and saker-run exits with the same code (126 as 127).
+bool is_refusal_exit_code(int code);
 
 enum class Outcome {
   success,    // every rank exited 0
@@ -27,7 +31,8 @@ struct Attempt {
   int number = 0;                  // 1-based within this saker-run invocation
   Outcome outcome = Outcome::failed;
   std::string detail;              // "rank exited with code 1", "SIGUSR1 received", ...
-  bool refused = false;            // failed with kRefusedExitCode: restarting cannot help
+  bool refused = false;            // failed with a refusal code (is_refusal_exit_code)
+  int refused_code = kRefusedExitCode;  // which one, when refused
   double seconds = 0;              // wall time of the attempt
 };
 
@@ -41,6 +46,7 @@ struct Decision {
 struct Policy {
   int max_restarts = 3;         // restarts of the step after failures (K)
   bool can_requeue = false;     // inside a Slurm batch job that may be requeued
+  bool has_checkpoints = false; // --ckpt-dir given: a restart resumes from the latest checkpoint
 };
 
 // Decides what to do after `last`, given how many restarts were already spent.

@@ -24,9 +24,11 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
   if (options.help) {
-    std::printf("%s\nExit codes: 0 success, 1 step failed after all restarts, 2 usage error,\n"
-                "3 launch/requeue error, 75 preempted (requeued, or stopped with --local), 127 exec failed.\n"
-                "See saker-run(1).\n", help.c_str());
+    std::printf("%s\nExit codes (shared by every Saker tool, see saker(7)): 0 success, 1 step failed after\n"
+                "all restarts, 2 usage error, 3 launch/requeue error (or inside a job step), 75 preempted\n"
+                "(requeued, or stopped with --local), 78 a rank refused its settings, 127 PROGRAM cannot be\n"
+                "executed. Refusals (a rank exiting 2, 78, 126, 127) are never restarted. See saker-run(1).\n",
+                help.c_str());
     return kExitOk;
   }
   try {

@@ -14,10 +14,12 @@
 #include "common/error.hpp"
 #include "common/version.hpp"
 #include "common/log.hpp"
+#include "launcher/run/heartbeat.hpp"
 #include "launcher/train/ckpt_store.hpp"
 #include "launcher/train/dataset.hpp"
 #include "launcher/train/device.hpp"
 #include "launcher/train/mlp.hpp"
+#include "launcher/train/progress.hpp"
 #include "launcher/train/reducer_choice.hpp"
 #include "launcher/train/trainer.hpp"
 
@@ -36,18 +38,20 @@ std::string env_or(const char* name, const std::string& fallback) {
   return v != nullptr && *v != '\0' ? v : fallback;
 }
 
+const char* kMakeDataExitCodes = "Exit codes (saker(7)): 0 written, 1 error (message on stderr), 2 usage error.\n";
 const char* kExitCodes =
-    "Exit codes: 0 done, 1 error (message on stderr), 2 usage error,\n"
+    "Exit codes (saker(7)): 0 done, 1 error (message on stderr), 2 usage error,\n"
     "75 stopped by SIGTERM/SIGUSR1 after an emergency checkpoint (requeue to resume),\n"
     "78 refused, and retrying will not help: a checkpoint refused by the site policy (--policy: wrong\n"
     "zone or no key), or --device gpu where a rank cannot allreduce with NCCL on a GPU.\n";
 
 // Parses args against d; prints the help (with the exit codes) and returns false on --help.
-bool parse_options(const std::vector<std::string>& args, const po::options_description& d) {
+bool parse_options(const std::vector<std::string>& args, const po::options_description& d,
+                   const char* exit_codes = kExitCodes) {
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(d).run(), vm);
   if (vm.count("help")) {
-    std::cout << d << "\n" << kExitCodes;
+    std::cout << d << "\n" << exit_codes;
     return false;
   }
   po::notify(vm);
@@ -57,6 +61,7 @@ bool parse_options(const std::vector<std::string>& args, const po::options_descr
 int make_data(const std::vector<std::string>& args) {
   SyntheticSpec spec;
   std::string out;
+  bool progress = false;
   po::options_description d("Usage: saker-train make-data --out FILE [OPTIONS]\n\n"
                             "Writes a synthetic classification dataset (Gaussian blobs) to an HDF5 file:\n"
                             "X float32 [samples x features], y int32 [samples], attribute 'classes'.\n\nOptions");
@@ -66,9 +71,11 @@ int make_data(const std::vector<std::string>& args) {
       ("features", po::value<int>(&spec.features)->default_value(32), "features per row")
       ("classes", po::value<int>(&spec.classes)->default_value(4), "number of classes")
       ("spread", po::value<double>(&spec.spread)->default_value(3.0), "blob standard deviation (higher: harder)")
-      ("seed", po::value<std::uint64_t>(&spec.seed)->default_value(1), "random seed");
-  if (!parse_options(args, d)) return kExitOk;
-  write_dataset(make_synthetic(spec), out);
+      ("seed", po::value<std::uint64_t>(&spec.seed)->default_value(1), "random seed")
+      ("progress", po::bool_switch(&progress), "show progress (count and ETA) even when stderr is not a terminal");
+  if (!parse_options(args, d, kMakeDataExitCodes)) return kExitOk;
+  CountProgress bar("saker-train: make-data", "rows", progress);
+  write_dataset(make_synthetic(spec, [&](int done, int total) { bar.update(done, total); }), out);
   std::printf("saker-train: wrote %d x %d samples, %d classes to %s\n", spec.rows, spec.features, spec.classes, out.c_str());
   return kExitOk;
 }
@@ -80,7 +87,9 @@ int run_training(const std::vector<std::string>& args) {
   std::string lineage = env_or("SLURM_SPANK_SAKER_DATASETS", env_or("SAKER_DATASETS", ""));
   std::string device = env_or("SAKER_TRAIN_DEVICE", "auto");
   unsigned keep = 3;
-  po::options_description d("Usage: saker-train [train] --data FILE [OPTIONS]\n\n"
+  po::options_description d("Usage: saker-train [train] --data FILE [OPTIONS]\n"
+                            "       saker-train make-data --out FILE [OPTIONS]   (a synthetic dataset to train on;\n"
+                            "                                                     see saker-train make-data --help)\n\n"
                             "Trains an MLP classifier on X/y from an HDF5 file, data-parallel over the ranks\n"
                             "saker-run starts, resuming from the newest checkpoint in --ckpt-dir.\n"
                             "SIGTERM or SIGUSR1 makes every rank take an emergency checkpoint and exit 75.\n\nOptions");
@@ -89,7 +98,7 @@ int run_training(const std::vector<std::string>& args) {
       ("layers", po::value<std::string>(&layers)->default_value(layers), "hidden layer widths, e.g. 64,64")
       ("optimizer", po::value<std::string>(&cfg.optimizer.kind)->default_value("adam"), "adam or sgd (with momentum)")
       ("lr", po::value<double>(&cfg.optimizer.lr)->default_value(1e-3), "learning rate")
-      ("momentum", po::value<double>(&cfg.optimizer.momentum)->default_value(0.9), "SGD momentum")
+      ("momentum", po::value<double>(&cfg.optimizer.momentum)->default_value(0.9, "0.9"), "SGD momentum")
       ("weight-decay", po::value<double>(&cfg.optimizer.weight_decay)->default_value(0), "L2 weight decay")
       ("batch", po::value<int>(&cfg.batch)->default_value(64), "global batch (split over the ranks)")
       ("steps", po::value<std::uint64_t>(&cfg.steps)->default_value(300), "optimizer steps in total")
@@ -117,6 +126,10 @@ int run_training(const std::vector<std::string>& args) {
 
   std::signal(SIGTERM, on_preempt);
   std::signal(SIGUSR1, on_preempt);
+  // First heartbeat now, so saker-run's hang detection also watches loading the data and
+  // resuming from a checkpoint (a damaged file must not hang a resume forever); the
+  // training loop beats every step.
+  saker::run::HeartbeatWriter(std::atoi(env_or("SAKER_RANK", "0").c_str())).beat();
   Device wanted;
   try {
     wanted = parse_device(device);

@@ -27,7 +27,7 @@ Error h5_error(const std::string& path, const std::string& what, const std::stri
 
 }  // namespace
 
-Dataset make_synthetic(const SyntheticSpec& spec) {
+Dataset make_synthetic(const SyntheticSpec& spec, const std::function<void(int, int)>& on_rows) {
   if (spec.rows < 1 || spec.features < 1 || spec.classes < 2) {
     throw Error(explain("synthetic dataset " + std::to_string(spec.rows) + "x" + std::to_string(spec.features) +
                             " with " + std::to_string(spec.classes) + " classes",
@@ -46,6 +46,7 @@ Dataset make_synthetic(const SyntheticSpec& spec) {
       d.x[static_cast<std::size_t>(r) * spec.features + f] =
           centres[static_cast<std::size_t>(label) * spec.features + f] + static_cast<float>(rng.normal() * spec.spread);
     }
+    if (on_rows && ((r + 1) % 4096 == 0 || r + 1 == spec.rows)) on_rows(r + 1, spec.rows);
   }
   return d;
 }

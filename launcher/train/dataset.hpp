@@ -4,6 +4,8 @@
 // difficulty is set by the cluster spread.
 #pragma once
 
+#include <functional>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -27,7 +29,8 @@ struct SyntheticSpec {
 };
 
 // Deterministic for a given spec.
-Dataset make_synthetic(const SyntheticSpec& spec);
+// `on_rows(done, total)`, when given, is called every few thousand rows (progress display).
+Dataset make_synthetic(const SyntheticSpec& spec, const std::function<void(int, int)>& on_rows = {});
 
 // Writes atomically (temporary file, then rename). Throws saker::Error naming the file.
 void write_dataset(const Dataset& data, const std::string& path);

@@ -20,4 +20,19 @@ class Progress {
   Clock::time_point start_, window_start_;
 };
 
+// "saker-train: make-data: 40960/81920 rows (50%), eta 1.2s" for work that takes more
+// than a moment: rewritten in place on a terminal (stderr), silent otherwise (batch logs)
+// unless `forced` (--progress). At most ~5 updates a second.
+class CountProgress {
+ public:
+  CountProgress(std::string what, std::string unit, bool forced);
+  void update(std::uint64_t done, std::uint64_t total);
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  std::string what_, unit_;
+  bool enabled_, terminal_;
+  Clock::time_point start_, last_{};
+};
+
 }  // namespace saker::train

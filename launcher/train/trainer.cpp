@@ -10,6 +10,7 @@
 #include "common/hash.hpp"
 #include "launcher/train/loader.hpp"
 #include "launcher/train/mlp.hpp"
+#include "launcher/run/heartbeat.hpp"
 #include "launcher/train/progress.hpp"
 #include "launcher/train/rng.hpp"
 
@@ -109,6 +110,7 @@ TrainResult train(const TrainConfig& cfg, const Dataset& data, Reducer& reducer,
   std::vector<float> xs;
   std::vector<std::int32_t> ys;
   Progress progress(cfg.steps, static_cast<std::uint64_t>(cfg.batch), step);
+  run::HeartbeatWriter heartbeat(rank);  // saker-run's hang detection: one beat per step
   bool first_after_resume = result.resumed_from > 0;
   while (step < cfg.steps) {
     const std::vector<std::uint32_t> rows = loader.next();
@@ -129,6 +131,7 @@ TrainResult train(const TrainConfig& cfg, const Dataset& data, Reducer& reducer,
     for (std::size_t i = 0; i < n; ++i) buffer[i] *= inv_batch;
     opt->step(model.parameters(), std::span<const float>(buffer.data(), n));
     ++step;
+    heartbeat.beat();
 
     if (leader) {
       if (first_after_resume) {

@@ -26,3 +26,18 @@ TEST_CASE("surviving_nodes drops the lost ones", "[run][node_loss]") {
   CHECK(surviving_nodes("saker[1-2]", {"saker1", "saker2"}).empty());
   CHECK(surviving_nodes("saker[1-2]", {}) == "saker[1-2]");
 }
+
+TEST_CASE("a failed srun task is reported as task, rank, node and signal or exit code", "[run][node_loss]") {
+  using saker::run::parse_srun_task_failure;
+  auto f = parse_srun_task_failure("srun: error: saker2: task 1: Killed");
+  CHECK(f.detail == "task 1 (rank 1) on saker2 killed by SIGKILL");
+  CHECK(f.exit_code == -1);
+  f = parse_srun_task_failure("srun: error: saker1: task 0: Exited with exit code 127");
+  CHECK(f.detail == "task 0 (rank 0) on saker1 exited with code 127");
+  CHECK(f.exit_code == 127);
+  CHECK(parse_srun_task_failure("srun: error: saker1: tasks 0-1: Terminated").detail ==
+        "tasks 0-1 (rank 0-1) on saker1 killed by SIGTERM");
+  CHECK(parse_srun_task_failure("srun: error: saker3: task 2: Segmentation fault (core dumped)").detail ==
+        "task 2 (rank 2) on saker3 killed by SIGSEGV");
+  CHECK(parse_srun_task_failure("saker-train: step 3").detail.empty());
+}

@@ -45,3 +45,18 @@ TEST_CASE("the srun line launches with PMI2 and kill-on-bad-exit, re-entering sa
   CHECK(cmd == std::vector<std::string>{"srun", "--mpi=pmi2", "--kill-on-bad-exit=1", "--cpu-bind=cores",
                                         "/bin/saker-run", "--exec-rank", "--", "train", "-x"});
 }
+
+TEST_CASE("option parsing stops at the program name, as with srun and torchrun") {
+  RunOptions o = parse({"--local", "-n", "1", "/bin/echo", "--epochs", "3"});
+  CHECK(o.ntasks == 1);
+  CHECK(o.program == std::vector<std::string>{"/bin/echo", "--epochs", "3"});
+  o = parse({"--local", "-n2", "--ckpt-dir", "/c", "--timeout=5", "train", "--", "-n", "7"});
+  CHECK(o.ntasks == 2);
+  CHECK(o.ckpt_dir == "/c");
+  CHECK(o.timeout_s == 5);
+  CHECK(o.program == std::vector<std::string>{"train", "--", "-n", "7"});
+  // "--" still works and is not passed on.
+  CHECK(parse({"--local", "--", "--weird-name"}).program == std::vector<std::string>{"--weird-name"});
+  CHECK(parse({"--hang-timeout", "30", "--", "x"}).hang_timeout_s == 30);
+  CHECK(parse({"--", "x"}).hang_timeout_s == 600);
+}

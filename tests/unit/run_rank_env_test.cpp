@@ -28,6 +28,11 @@ TEST_CASE("an srun task gets torch.distributed's and Saker's rank variables") {
   CHECK(e.at("GROUP_RANK") == "1");
   CHECK(e.at("SAKER_RANK") == "3");
   CHECK(e.at("SAKER_WORLD_SIZE") == "4");
+  // torchrun's names: one group (agent) per node, one role spanning every rank.
+  CHECK(e.at("GROUP_WORLD_SIZE") == "2");
+  CHECK(e.at("ROLE_RANK") == "3");
+  CHECK(e.at("ROLE_WORLD_SIZE") == "4");
+  CHECK(e.at("ROLE_NAME") == "default");
 }
 
 TEST_CASE("uneven nodes give each node its own LOCAL_WORLD_SIZE") {
@@ -58,6 +63,13 @@ TEST_CASE("local ranks and rendezvous variables") {
   CHECK(e.at("LOCAL_RANK") == "1");
   CHECK(e.at("WORLD_SIZE") == "3");
   CHECK(e.at("LOCAL_WORLD_SIZE") == "3");
+  CHECK(e.at("GROUP_WORLD_SIZE") == "1");
+  CHECK(e.at("ROLE_RANK") == "1");
+  CHECK(e.at("ROLE_WORLD_SIZE") == "3");
+  const Env elastic = elastic_env(2, 5, "1234");
+  CHECK(elastic.at("TORCHELASTIC_RESTART_COUNT") == "2");
+  CHECK(elastic.at("TORCHELASTIC_MAX_RESTARTS") == "5");
+  CHECK(elastic.at("TORCHELASTIC_RUN_ID") == "1234");
   const Env r = rendezvous_env("10.0.0.1", 29500);
   CHECK(r.at("MASTER_ADDR") == "10.0.0.1");
   CHECK(r.at("MASTER_PORT") == "29500");

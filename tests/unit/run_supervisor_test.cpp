@@ -39,6 +39,28 @@ TEST_CASE("a refusal (exit 78) is not restarted") {
   CHECK(d.reason.find("rank 0 exited with code 78") != std::string::npos);
 }
 
+TEST_CASE("usage errors and programs that cannot execute are refusals too") {
+  CHECK(is_refusal_exit_code(2));
+  CHECK(is_refusal_exit_code(78));
+  CHECK(is_refusal_exit_code(126));
+  CHECK(is_refusal_exit_code(127));
+  CHECK_FALSE(is_refusal_exit_code(1));
+  CHECK_FALSE(is_refusal_exit_code(75));
+  Attempt a = attempt(1, Outcome::failed, "rank 0 exited with code 127");
+  a.refused = true;
+  a.refused_code = 127;
+  const Decision d = decide(Policy{3, true}, a, 0);
+  CHECK(d.action == Action::give_up);
+  CHECK(d.reason.find("cannot be executed") != std::string::npos);
+}
+
+TEST_CASE("a restart promises a checkpoint only when there is a checkpoint directory") {
+  CHECK(decide(Policy{3, false, false}, attempt(1, Outcome::failed), 0).reason.find("checkpoint to resume") !=
+        std::string::npos);
+  CHECK(decide(Policy{3, false, true}, attempt(1, Outcome::failed), 0).reason.find("from the latest checkpoint") !=
+        std::string::npos);
+}
+
 TEST_CASE("preemption requeues inside Slurm and stops elsewhere") {
   CHECK(decide(Policy{3, true}, attempt(1, Outcome::preempted, "SIGUSR1 received"), 0).action == Action::requeue);
   const Decision d = decide(Policy{3, false}, attempt(1, Outcome::preempted, "SIGTERM received"), 0);
