@@ -24,7 +24,7 @@ constexpr int kOk = 0;           // valid / allowed (allow or modify) / log inta
 constexpr int kDenied = 1;       // explain: the job would be denied; audit verify: tampering found
 constexpr int kUsage = 2;        // bad command line
 constexpr int kBadPolicy = 3;    // the policy does not load
-constexpr int kIoError = 4;      // a file cannot be read
+constexpr int kIoError = 3;      // a file cannot be read (saker(7): an unusable input is 3)
 
 // A file that cannot be read (exit 4).
 struct IoError : saker::Error {
@@ -42,7 +42,7 @@ const char* kUsageText =
     "  saker-policy --help | --version\n"
     "\n"
     "Exit codes: 0 valid / allowed / intact, 1 denied (explain) or tampered (audit verify),\n"
-    "2 usage error, 3 the policy does not load, 4 a file cannot be read.\n";
+    "2 usage error, 3 a file cannot be read or the policy does not load (see saker(7)).\n";
 
 // A policy file that cannot be read is an I/O problem (exit 4), not a bad policy (3).
 std::shared_ptr<const Policy> load(const std::string& path, const LoadLimits& limits) {
@@ -133,7 +133,14 @@ int audit_verify(const std::vector<std::string>& args) {
   }
   audit::VerifyOptions options;
   options.require_head = vm.count("no-head") == 0;
-  if (!key_file.empty()) options.key = audit::read_key_file(key_file);
+  if (!key_file.empty()) {
+    try {
+      options.key = audit::read_key_file(key_file);
+    } catch (const saker::Error& e) {
+      std::cerr << "saker-policy: " << e.what() << "\n";
+      return kIoError;
+    }
+  }
   const auto r = audit::verify_file(file, options);
   // One line per problem, flushed as it is printed: a long report is never lost.
   for (const auto& p : r.problems) std::cout << file << ":" << p.line << ": " << p.what << std::endl;

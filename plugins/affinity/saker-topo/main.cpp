@@ -10,6 +10,8 @@
 // Exit codes: 0 success, 1 the plan is impossible or gres.conf disagrees (the reasons
 // are printed), 2 bad usage, 3 the topology cannot be loaded.
 #include <boost/program_options.hpp>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -55,8 +57,9 @@ aff::Machine load(const std::string& path) { return path.empty() ? aff::load_liv
 int check_gres(const aff::Machine& machine, const std::string& file, const std::string& node) {
   std::ifstream in(file);
   if (!in) {
-    std::cerr << "saker-topo check-gres: cannot read " << file << "\n";
-    return kUsage;
+    std::cerr << "saker-topo check-gres: cannot read " << file << ": " << std::strerror(errno)
+              << " (fix: name the node's gres.conf, e.g. /etc/slurm/gres.conf)\n";
+    return kNoTopology;  // saker(7): an input that cannot be read is 3
   }
   std::ostringstream text;
   text << in.rdbuf();
