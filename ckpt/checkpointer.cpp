@@ -13,6 +13,8 @@
 #include "ckpt/crypto.hpp"
 #include "ckpt/format.hpp"
 #include "ckpt/load.hpp"
+#include "ckpt/manifest.hpp"
+#include "common/hash.hpp"
 #include "ckpt/partition.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
@@ -67,6 +69,14 @@ std::vector<const Tensor*> tensors_to_write(const State& st) {
   for (const Tensor& t : st.tensors)
     if (st.rank == 0 || t.placement == Placement::partitioned) out.push_back(&t);
   return out;
+}
+
+std::string default_run_id(const fs::path& dir, const Options& options) {
+  if (!options.run_id.empty()) return options.run_id;
+  std::error_code ec;
+  const fs::path canon = fs::weakly_canonical(dir, ec);
+  const std::string text = "saker-ckpt run in " + (ec ? dir : canon).string();
+  return "dir-" + hash::xxh3_128(text.data(), text.size()).hex().substr(0, 16);
 }
 
 }  // namespace
@@ -156,6 +166,7 @@ void Checkpointer::Impl::wait_for_shards(const fs::path& dir, const Options& opt
 SaveReport Checkpointer::Impl::write(const fs::path& dir, const Options& options, const State& st) {
   const auto t0 = Clock::now();
   format::FileMeta meta;
+  meta.run_id = st.run_id.empty() ? default_run_id(dir, options) : st.run_id;
   meta.step = st.step;
   meta.epoch = st.epoch;
   meta.world_size = st.world_size;
@@ -182,9 +193,14 @@ SaveReport Checkpointer::Impl::write(const fs::path& dir, const Options& options
   report.step = st.step;
   report.file = final_path;
   bool ok = false;
+  manifest::Manifest m;
   try {
-    report.bytes = format::write_file(temp, meta, shard, linked, key ? &*key : nullptr);
-    if (st.rank != 0) commit::publish(temp, final_path);  // rank 0 publishes after the barrier
+    m = format::write_file(temp, meta, shard, linked, key ? &*key : nullptr);
+    report.bytes = format::tensor_bytes(m);
+    if (st.rank != 0) {
+      manifest::seal(temp, m, key ? &*key : nullptr);
+      commit::publish(temp, final_path);  // rank 0 seals and publishes after the barrier
+    }
     ok = true;
   } catch (...) {
     std::error_code ec;
@@ -213,6 +229,18 @@ SaveReport Checkpointer::Impl::write(const fs::path& dir, const Options& options
     }
   }
   if (st.rank == 0) {
+    try {
+      // The main file's manifest binds every shard file by its manifest's checksum.
+      for (std::uint32_t r = 1; r < st.world_size; ++r) {
+        const std::string name = format::shard_file_name(st.step, r);
+        m.shards.push_back({r, name, format::open_shard(dir / name, m, r).manifest_xxh3});
+      }
+      manifest::seal(temp, m, key ? &*key : nullptr);
+    } catch (...) {
+      std::error_code ec;
+      fs::remove(temp, ec);
+      throw;
+    }
     commit::publish(temp, final_path);
     commit::write_latest(dir, final_path.filename().string());
     report.committed = true;
@@ -285,6 +313,7 @@ SaveHandle Checkpointer::save_async(const State& state) {
   snap.epoch = state.epoch;
   snap.world_size = state.world_size;
   snap.rank = state.rank;
+  snap.run_id = state.run_id;
   snap.config = state.config;
   snap.lineage = state.lineage;
   snap.tensors.clear();

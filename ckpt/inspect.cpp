@@ -13,6 +13,7 @@ CheckpointInfo describe(const fs::path& file) {
   const format::FileMeta& m = reader.meta();
   CheckpointInfo info;
   info.file = file;
+  info.run_id = m.run_id;
   info.step = m.step;
   info.epoch = m.epoch;
   info.world_size = m.world_size;

@@ -14,7 +14,13 @@ namespace fs = std::filesystem;
 namespace {
 
 void check_key(const format::FileMeta& meta, const crypto::Key* key, const fs::path& file) {
-  if (meta.encryption == "none") return;
+  if (meta.encryption == "none") {
+    if (key != nullptr)
+      throw Error(explain(file.string() + " is not encrypted", "this run is (a key was given), and an encrypted run refuses "
+                                                               "plaintext checkpoints (a downgrade)",
+                          "load an encrypted checkpoint of this run; saker-ckpt verify lists them"));
+    return;
+  }
   if (meta.encryption != crypto::kCipherName)
     throw KeyError(explain(file.string() + " uses encryption '" + meta.encryption + "'",
                            "this Saker knows only " + std::string(crypto::kCipherName), "use a matching Saker release"));
@@ -92,7 +98,8 @@ LoadReport load_checkpoint(const fs::path& file, std::uint32_t rank, std::uint32
   if (world_size == 0 || rank >= world_size)
     throw Error(explain("cannot load for rank " + std::to_string(rank) + " of " + std::to_string(world_size),
                         "the rank must be below the world size", "pass the caller's rank and world size"));
-  format::Reader reader(file, drop_behind);
+  // The key's id is checked before the manifests' tags, and both before any decryption.
+  format::Reader reader(file, drop_behind, key);
   const format::FileMeta& meta = reader.meta();
   check_key(meta, key, file);
 
@@ -105,6 +112,7 @@ LoadReport load_checkpoint(const fs::path& file, std::uint32_t rank, std::uint32
   st.epoch = meta.epoch;
   st.world_size = world_size;
   st.rank = rank;
+  st.run_id = meta.run_id;
   st.config = meta.config;
   st.lineage = meta.lineage;
 

@@ -96,6 +96,10 @@ std::vector<DatasetVersion> parse_lineage(std::string_view text);
 std::string format_lineage(const std::vector<DatasetVersion>& lineage);
 
 struct State {
+  // Which run this state belongs to: every shard of a checkpoint carries it, and encrypted
+  // tensors are bound to it. Empty: Options::run_id, else one derived from the directory.
+  // Resuming gives back the run id the checkpoint was written with.
+  std::string run_id;
   std::uint64_t step = 0;
   std::uint64_t epoch = 0;
   std::uint32_t world_size = 1;
@@ -161,6 +165,7 @@ enum class ReadCache : std::uint8_t {
 };
 
 struct Options {
+  std::string run_id;  // for states with an empty run_id (see State::run_id)
   std::uint32_t keep_last = 3;   // keep the newest K checkpoints (0: keep all)
   std::uint64_t keep_every = 0;  // also keep every checkpoint whose step % M == 0 (0: none)
   std::filesystem::path key_file;  // AES-256 key (32 raw bytes or 64 hex digits), mode 0600; empty: no encryption
@@ -258,6 +263,7 @@ struct TensorInfo {
 
 struct CheckpointInfo {
   std::filesystem::path file;
+  std::string run_id;
   std::uint64_t step = 0;
   std::uint64_t epoch = 0;
   std::uint32_t world_size = 1;
