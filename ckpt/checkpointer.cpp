@@ -117,6 +117,7 @@ struct Checkpointer::Impl {
   std::unique_ptr<std::byte[]> arena;
   std::size_t arena_size = 0;
   State snapshot;
+  std::vector<std::string> rejected;  // by the last load_latest
 
   SaveReport write(const fs::path& dir, const Options& options, const State& st);
   void wait_for_shards(const fs::path& dir, const Options& options, const State& st);
@@ -370,27 +371,33 @@ LoadReport Checkpointer::load(const fs::path& file, std::uint32_t rank, std::uin
 
 std::optional<LoadReport> Checkpointer::load_latest(std::uint32_t rank, std::uint32_t world_size) {
   wait();
-  std::vector<std::string> rejected;
+  std::vector<std::string>& rejected = impl_->rejected;
+  rejected.clear();
   auto files = list_checkpoints(dir_);
   for (auto it = files.rbegin(); it != files.rend(); ++it) {
     try {
       LoadReport r = load_checkpoint(*it, rank, world_size, impl_->key ? &*impl_->key : nullptr,
                                      drop_read_cache(options_.read_cache, world_size));
-      r.rejected = std::move(rejected);
+      r.rejected = rejected;
       log::info("ckpt: loaded " + it->string() + " (step " + std::to_string(r.state.step) +
                 (r.resharded ? ", resharded from world size " + std::to_string(r.saved_world_size) : std::string()) + ")");
       return r;
     } catch (const KeyError&) {
       throw;  // every older checkpoint has the same key problem; falling back would lose progress
     } catch (const std::exception& e) {
-      log::warn("ckpt: skipping damaged checkpoint " + it->string() + ": " + e.what());
-      rejected.push_back(it->string() + ": " + e.what());
+      // Messages start with the file they are about; name it once.
+      const std::string why = e.what();
+      const std::string line = why.rfind(it->string(), 0) == 0 ? why : it->string() + ": " + why;
+      log::warn("ckpt: skipping damaged checkpoint " + line);
+      rejected.push_back(line);
     }
   }
   if (!rejected.empty())
     log::warn("ckpt: no intact checkpoint in " + dir_.string() + " (" + std::to_string(rejected.size()) + " damaged)");
   return std::nullopt;
 }
+
+const std::vector<std::string>& Checkpointer::last_rejected() const { return impl_->rejected; }
 
 std::vector<fs::path> Checkpointer::prune() {
   wait();

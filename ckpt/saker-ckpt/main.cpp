@@ -33,7 +33,7 @@ constexpr int kOk = 0, kDamaged = 1, kUsage = 2, kFailed = 3, kAgainstPolicy = 4
 const char* kUsageText =
     "Usage: saker-ckpt ls DIR [--quick]\n"
     "       saker-ckpt show FILE\n"
-    "       saker-ckpt verify DIR|FILE... [--policy FILE]\n"
+    "       saker-ckpt verify DIR|FILE... [--policy FILE] [--key FILE]\n"
     "       saker-ckpt prune DIR --keep K [--keep-every M]\n"
     "\n"
     "ls      one line per committed checkpoint: step, creation time (UTC), size, shards and\n"
@@ -102,7 +102,7 @@ std::vector<fs::path> checkpoints_in(const fs::path& target) {
   return {target};
 }
 
-int cmd_ls(const fs::path& dir, bool quick, bool progress) {
+int cmd_ls(const fs::path& dir, bool quick, bool progress, const std::string& key_file) {
   if (!fs::is_directory(dir))
     throw saker::Error(saker::explain(dir.string() + " is not a directory", "ls lists a checkpoint directory",
                                       "give the directory passed to the trainer"));
@@ -114,7 +114,7 @@ int cmd_ls(const fs::path& dir, bool quick, bool progress) {
     try {
       const ck::CheckpointInfo info = ck::describe(f);
       if (!quick) {
-        const ck::Verdict v = ck::verify(f, progress_for(progress, f.filename().string()));
+        const ck::Verdict v = ck::verify(f, progress_for(progress, f.filename().string()), key_file);
         end_progress(progress);
         if (!v.ok) status = "DAMAGED: " + v.problem, rc = kDamaged;
       }
@@ -171,12 +171,13 @@ std::string policy_problem(const ck::DestinationGuard& guard, const fs::path& fi
   return {};
 }
 
-int cmd_verify(const std::vector<std::string>& targets, bool progress, const ck::DestinationGuard* guard) {
+int cmd_verify(const std::vector<std::string>& targets, bool progress, const ck::DestinationGuard* guard,
+               const std::string& key_file) {
   int rc = kOk;
   std::size_t checked = 0;
   for (const std::string& target : targets) {
     for (const fs::path& f : checkpoints_in(target)) {
-      const ck::Verdict v = ck::verify(f, progress_for(progress, f.filename().string()));
+      const ck::Verdict v = ck::verify(f, progress_for(progress, f.filename().string()), key_file);
       end_progress(progress);
       ++checked;
       const std::string refused = v.ok && guard != nullptr ? policy_problem(*guard, f) : std::string();
@@ -189,6 +190,7 @@ int cmd_verify(const std::vector<std::string>& targets, bool progress, const ck:
         std::printf("DAMAGED  %s: %s\n", f.c_str(), v.problem.c_str());
         rc = kDamaged;
       }
+      std::fflush(stdout);  // each verdict is out before the next (possibly long) check
     }
   }
   if (checked == 0) {
@@ -215,14 +217,15 @@ int main(int argc, char** argv) {
   std::vector<std::string> targets;
   std::uint32_t keep = 0;
   std::uint64_t keep_every = 0;
-  std::string policy_file;
+  std::string policy_file, key_file;
   bool quick = false, progress = ::isatty(STDERR_FILENO) != 0;
   po::options_description opts("Options");
   opts.add_options()("help,h", "show this help")("quick", po::bool_switch(&quick), "ls: skip checksum verification")(
       "progress", "show progress on stderr even when it is not a terminal")(
       "keep", po::value(&keep), "prune: checkpoints to keep (newest first, >= 1)")(
       "keep-every", po::value(&keep_every), "prune: also keep steps that are multiples of M")(
-      "policy", po::value(&policy_file), "verify: site policy (saker-policy.yaml(5)) the checkpoints must obey");
+      "policy", po::value(&policy_file), "verify: site policy (saker-policy.yaml(5)) the checkpoints must obey")(
+      "key", po::value(&key_file), "verify, ls: AES-256 key file; also checks authenticity and decryption, as a resume does");
   po::options_description all;
   all.add(opts).add_options()("command", po::value(&command))("target", po::value(&targets));
   po::positional_options_description pos;
@@ -256,12 +259,12 @@ int main(int argc, char** argv) {
   }
   saker::log::set_level(saker::log::Level::warn);
   try {
-    if (command == "ls") return cmd_ls(targets[0], quick, progress);
+    if (command == "ls") return cmd_ls(targets[0], quick, progress, key_file);
     if (command == "show") return cmd_show(targets[0]);
     if (command == "verify") {
       std::shared_ptr<const ck::PolicyGuard> guard;
       if (!policy_file.empty()) guard = ck::PolicyGuard::from_file(policy_file);
-      return cmd_verify(targets, progress, guard.get());
+      return cmd_verify(targets, progress, guard.get(), key_file);
     }
     return cmd_prune(targets[0], keep, keep_every);
   } catch (const std::exception& e) {

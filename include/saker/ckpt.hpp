@@ -232,6 +232,10 @@ class Checkpointer {
   // Newest checkpoint that verifies (every shard's checksums), for `rank` of `world_size`.
   // Bad ones are skipped, logged and listed in LoadReport::rejected. nullopt: none usable.
   std::optional<LoadReport> load_latest(std::uint32_t rank = 0, std::uint32_t world_size = 1);
+  // What the last load_latest() skipped, "FILE: why", newest first (also when it found
+  // nothing: then every committed checkpoint is listed, and a caller must not start over
+  // silently).
+  const std::vector<std::string>& last_rejected() const;
   LoadReport load(const std::filesystem::path& file, std::uint32_t rank = 0, std::uint32_t world_size = 1);
 
   // Applies the retention rule now (saves do it after each commit). Returns files removed.
@@ -290,8 +294,11 @@ struct Verdict {
 };
 // Progress: bytes checked so far and in total (for long verifications).
 using Progress = std::function<void(std::uint64_t done, std::uint64_t total)>;
-// Reads every shard and checks every checksum; never throws for a damaged file.
-Verdict verify(const std::filesystem::path& file, const Progress& progress = {});
+// The judgement every load makes (one code path): every manifest, shard binding and
+// checksum; with `key_file` also the key id, the manifests' authentication tags and every
+// tensor's decryption (what an encrypted resume checks). Never throws for a damaged file.
+Verdict verify(const std::filesystem::path& file, const Progress& progress = {},
+               const std::filesystem::path& key_file = {});
 
 // Committed checkpoints in `dir` (main files only), oldest step first.
 std::vector<std::filesystem::path> list_checkpoints(const std::filesystem::path& dir);

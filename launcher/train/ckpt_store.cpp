@@ -1,6 +1,8 @@
 #include "launcher/train/ckpt_store.hpp"
 
+#include <array>
 #include <cstdio>
+#include <random>
 #include <cstring>
 
 #include "common/error.hpp"
@@ -24,7 +26,7 @@ std::vector<float> floats_of(const ckpt::Tensor& t) {
 }  // namespace
 
 CkptStore::CkptStore(const CkptStoreOptions& o, Reducer& reducer)
-    : dir_(o.dir), reducer_(reducer), lineage_(ckpt::parse_lineage(o.lineage)) {
+    : dir_(o.dir), allow_fresh_start_(o.allow_fresh_start), reducer_(reducer), lineage_(ckpt::parse_lineage(o.lineage)) {
   if (o.guard) {
     // Before any training step and before the directory is created: a refused
     // destination must cost nothing.
@@ -49,8 +51,26 @@ CkptStore::CkptStore(const CkptStoreOptions& o, Reducer& reducer)
 
 CkptStore::~CkptStore() = default;
 
+void CkptStore::ensure_run_id() {
+  if (!run_id_.empty()) return;
+  // 128 random bits from rank 0, as eight 16-bit pieces (exact in float) summed with
+  // the other ranks' zeros: the allreduce is the only channel every rank shares.
+  std::array<float, 8> pieces{};
+  if (reducer_.rank() == 0) {
+    std::random_device rd;
+    for (float& p : pieces) p = static_cast<float>(rd() & 0xffff);
+  }
+  reducer_.allreduce_sum(pieces);
+  char buf[40];
+  int at = 0;
+  for (float p : pieces) at += std::snprintf(buf + at, sizeof buf - at, "%04x", static_cast<unsigned>(p));
+  run_id_ = buf;
+}
+
 void CkptStore::save(const Snapshot& s, bool emergency) {
+  ensure_run_id();
   ckpt::State state;
+  state.run_id = run_id_;
   state.step = s.step;
   state.epoch = s.epoch;
   state.world_size = static_cast<std::uint32_t>(reducer_.size());
@@ -73,7 +93,23 @@ void CkptStore::save(const Snapshot& s, bool emergency) {
 std::optional<Snapshot> CkptStore::load_latest() {
   std::optional<ckpt::LoadReport> r =
       ck_->load_latest(static_cast<std::uint32_t>(reducer_.rank()), static_cast<std::uint32_t>(reducer_.size()));
-  if (!r) return std::nullopt;
+  if (!r) {
+    const auto& damaged = ck_->last_rejected();
+    if (!damaged.empty()) {
+      std::string list;
+      for (const std::string& why : damaged) list += "\n  " + why;
+      if (!allow_fresh_start_)
+        throw AllDamaged(explain("every checkpoint in " + dir_ + " is damaged (" + std::to_string(damaged.size()) + ")",
+                                 "resuming from any of them would load a wrong state:" + list,
+                                 "restore an intact checkpoint into the directory, or pass --allow-fresh-start to "
+                                 "train from step 0"));
+      if (reducer_.rank() == 0)
+        std::fprintf(stderr, "saker: warning: saker-train: every checkpoint in %s is damaged; starting from step 0 "
+                             "(--allow-fresh-start):%s\n", dir_.c_str(), list.c_str());
+    }
+    return std::nullopt;
+  }
+  run_id_ = r->state.run_id;
   for (const std::string& why : r->rejected) std::fprintf(stderr, "saker: warning: saker-train: skipped %s\n", why.c_str());
   const ckpt::State& st = r->state;
   Snapshot s;

@@ -157,7 +157,8 @@ TrainResult train(const TrainConfig& cfg, const Dataset& data, Reducer& reducer,
       result.step = step;
       return result;
     }
-    if (store != nullptr && cfg.ckpt_every > 0 && step % cfg.ckpt_every == 0 && step < cfg.steps) {
+    // The final step is saved too: a finished run's checkpoint is its result.
+    if (store != nullptr && ((cfg.ckpt_every > 0 && step % cfg.ckpt_every == 0) || step == cfg.steps)) {
       store->save(take_snapshot(step, loader, model, *opt, rng, record), false);
     }
     if (cfg.step_sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(cfg.step_sleep_ms));
