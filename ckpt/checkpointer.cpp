@@ -370,6 +370,10 @@ LoadReport Checkpointer::load(const fs::path& file, std::uint32_t rank, std::uin
 }
 
 std::optional<LoadReport> Checkpointer::load_latest(std::uint32_t rank, std::uint32_t world_size) {
+  return load_latest(rank, world_size, Accept{});
+}
+
+std::optional<LoadReport> Checkpointer::load_latest(std::uint32_t rank, std::uint32_t world_size, const Accept& accept) {
   wait();
   std::vector<std::string>& rejected = impl_->rejected;
   rejected.clear();
@@ -378,6 +382,7 @@ std::optional<LoadReport> Checkpointer::load_latest(std::uint32_t rank, std::uin
     try {
       LoadReport r = load_checkpoint(*it, rank, world_size, impl_->key ? &*impl_->key : nullptr,
                                      drop_read_cache(options_.read_cache, world_size));
+      if (accept) accept(r);
       r.rejected = rejected;
       log::info("ckpt: loaded " + it->string() + " (step " + std::to_string(r.state.step) +
                 (r.resharded ? ", resharded from world size " + std::to_string(r.saved_world_size) : std::string()) + ")");

@@ -12,6 +12,12 @@ namespace saker::ckpt {
 namespace fs = std::filesystem;
 
 CheckpointInfo describe(const fs::path& file) {
+  std::uint64_t step = 0;
+  std::uint32_t rank = 0;
+  if (format::parse_shard_file_name(file.filename().string(), &step, &rank))
+    throw Error(explain(file.string() + " is the shard file of rank " + std::to_string(rank),
+                        "a checkpoint is described by its main file, which lists every shard",
+                        "use " + (file.parent_path() / format::main_file_name(step)).string()));
   format::Reader reader(file);
   const format::FileMeta& m = reader.meta();
   CheckpointInfo info;

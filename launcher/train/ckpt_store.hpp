@@ -46,7 +46,7 @@ class CkptStore final : public SnapshotStore {
   CkptStore(const CkptStoreOptions& options, Reducer& reducer);
   ~CkptStore() override;
   void save(const Snapshot& snapshot, bool emergency) override;
-  std::optional<Snapshot> load_latest() override;
+  std::optional<Snapshot> load_latest(const std::string& expected_config) override;
   std::string describe() const override { return dir_; }
 
  private:
