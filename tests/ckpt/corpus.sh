@@ -53,12 +53,12 @@ full_flag=()
 
 mapfile -t cases < <(ls "$WORK/cases")
 if [[ $FULL != 1 ]]; then
-  # A fixed sample of every class: every 10th case (flips, truncations, attribute edits),
+  # A fixed sample of every class: every 4th case (flips, truncations, attribute edits),
   # plus every case of the smaller classes (shards, renames, swaps, encryption markers).
   sample=()
   for i in "${!cases[@]}"; do
     c=${cases[$i]}
-    if (( i % 10 == 0 )) || [[ $c != *-flip-* && $c != *-trunc-* && $c != *.attr-* ]]; then sample+=("$c"); fi
+    if (( i % 4 == 0 )) || [[ $c != *-flip-* && $c != *-trunc-* && $c != *.attr-* ]]; then sample+=("$c"); fi
   done
   cases=("${sample[@]}")
   echo "corpus: ${#cases[@]} sampled cases (SAKER_TEST_FULL=1 runs all)"

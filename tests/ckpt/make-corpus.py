@@ -11,7 +11,8 @@ older checkpoint or ignores a harmless change, always with the uninterrupted run
 
 Classes (issue 12): truncations; bit flips over every region of the file (user block
 and manifest, superblock, object headers, B-trees, heaps, data: offsets sampled across
-the file, every byte of the first 512 and of the manifest with --full); every HDF5
+the file; with --full every byte of the header and manifest, every 2nd of the superblock
+and root object header, every 11th of the rest); every HDF5
 attribute edited; tensors swapped with their checksums; shards swapped, foreign,
 missing and extra; renames; encryption markers removed; an encrypted tensor replaced by
 another checkpoint's plaintext and checksum. Without --full a fixed sample (seeded).
@@ -84,8 +85,12 @@ class Corpus:
             # header, the rest (object headers, B-trees, heaps, data), the last bytes.
             offs = set()
             if self.full:
-                offs |= set(range(0, min(size, 4096 + 600)))  # user block and superblock, every byte
-                offs |= set(range(0, size, 7))                # every 7th byte of the rest
+                with open(os.path.join(d0, fname_of(newest)), "rb") as f:
+                    head = f.read(32)
+                manifest_end = 80 + int.from_bytes(head[24:32], "little")
+                offs |= set(range(0, min(size, manifest_end)))  # header and manifest: every byte
+                offs |= set(range(4096, min(size, 4096 + 800), 2))  # superblock, root object header
+                offs |= set(range(0, size, 11))                  # every 11th byte of the rest
             else:
                 offs |= {0, 13, 17, 25, 33, 50, 70, 80, 100, 200, 300, 4096, 4100, 4104, 4200, 4400, size - 1}
                 offs |= {rng.randrange(4096, size) for _ in range(24)}
