@@ -56,7 +56,11 @@ Verdict verify(const fs::path& file, const Progress& progress, const fs::path& k
     v.step = r.state.step;
     v.ok = true;
   } catch (const std::exception& e) {
+    // Callers print the file beside the problem: name it once (problems in a shard file
+    // or a tensor keep their own, longer, location).
     v.problem = e.what();
+    const std::string prefix = file.string() + ": ";
+    if (v.problem.rfind(prefix, 0) == 0) v.problem.erase(0, prefix.size());
   }
   return v;
 }

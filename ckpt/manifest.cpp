@@ -381,6 +381,18 @@ Opened open_checked(const fs::path& file) {
   const std::string got = hash::xxh3_128(text.data(), text.size()).hex();
   o.manifest_xxh3 = hash::to_hex(head + 32, 16);
   if (got != o.manifest_xxh3) damaged(where, "the manifest's checksum does not match (the manifest was changed or damaged)");
+  // The rest of the user block is padding that nobody reads; it must be zeros, so that
+  // no byte of the file can change unnoticed.
+  {
+    std::vector<unsigned char> pad(static_cast<std::size_t>(std::min<std::uint64_t>(kPiece, ub)));
+    for (std::uint64_t at = kHeaderBytes + len; at < ub;) {
+      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(pad.size(), ub - at));
+      pread_all(f.fd, pad.data(), n, at, where);
+      if (std::any_of(pad.begin(), pad.begin() + static_cast<std::ptrdiff_t>(n), [](unsigned char c) { return c != 0; }))
+        damaged(where, "the padding after the manifest is not zero (the user block was changed)");
+      at += n;
+    }
+  }
   std::copy(head + 48, head + 64, o.tag.begin());
   std::copy(head + 64, head + 76, o.nonce.begin());
   o.manifest = decode(text, where);
