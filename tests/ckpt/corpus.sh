@@ -64,8 +64,10 @@ if [[ $FULL != 1 ]]; then
   echo "corpus: ${#cases[@]} sampled cases (SAKER_TEST_FULL=1 runs all)"
 fi
 
-fail=0 detected=0 harmless=0
+fail=0 detected=0 harmless=0 done_cases=0
 for c in "${cases[@]}"; do
+  done_cases=$((done_cases + 1))
+  (( done_cases % 250 == 0 )) && echo "corpus: $done_cases/${#cases[@]} cases, $fail failed so far" >&2
   set=${c%%.*}
   world=${set: -1}
   dir=$WORK/cases/$c
