@@ -14,6 +14,7 @@ RUN=$BUILD/launcher/saker-run/saker-run
 TRAIN=$BUILD/launcher/saker-train/saker-train
 CKPT=$BUILD/ckpt/saker-ckpt/saker-ckpt
 for b in "$RUN" "$TRAIN" "$CKPT"; do [[ -x $b ]] || { echo "corpus: build $b first" >&2; exit 1; }; done
+/usr/bin/python3 -c 'import h5py' 2>/dev/null || { echo "corpus: skipped: /usr/bin/python3 lacks h5py (scripts/install-deps)"; exit 77; }
 FULL=${SAKER_TEST_FULL:-0}
 WORK=$(mktemp -d /tmp/saker-ckpt-corpus.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
