@@ -13,6 +13,8 @@
 #include "ckpt/crypto.hpp"
 #include "ckpt/format.hpp"
 #include "ckpt/load.hpp"
+#include "ckpt/manifest.hpp"
+#include "common/hash.hpp"
 #include "ckpt/partition.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
@@ -69,6 +71,14 @@ std::vector<const Tensor*> tensors_to_write(const State& st) {
   return out;
 }
 
+std::string default_run_id(const fs::path& dir, const Options& options) {
+  if (!options.run_id.empty()) return options.run_id;
+  std::error_code ec;
+  const fs::path canon = fs::weakly_canonical(dir, ec);
+  const std::string text = "saker-ckpt run in " + (ec ? dir : canon).string();
+  return "dir-" + hash::xxh3_128(text.data(), text.size()).hex().substr(0, 16);
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- async jobs
@@ -107,6 +117,7 @@ struct Checkpointer::Impl {
   std::unique_ptr<std::byte[]> arena;
   std::size_t arena_size = 0;
   State snapshot;
+  std::vector<std::string> rejected;  // by the last load_latest
 
   SaveReport write(const fs::path& dir, const Options& options, const State& st);
   void wait_for_shards(const fs::path& dir, const Options& options, const State& st);
@@ -156,6 +167,7 @@ void Checkpointer::Impl::wait_for_shards(const fs::path& dir, const Options& opt
 SaveReport Checkpointer::Impl::write(const fs::path& dir, const Options& options, const State& st) {
   const auto t0 = Clock::now();
   format::FileMeta meta;
+  meta.run_id = st.run_id.empty() ? default_run_id(dir, options) : st.run_id;
   meta.step = st.step;
   meta.epoch = st.epoch;
   meta.world_size = st.world_size;
@@ -182,9 +194,14 @@ SaveReport Checkpointer::Impl::write(const fs::path& dir, const Options& options
   report.step = st.step;
   report.file = final_path;
   bool ok = false;
+  manifest::Manifest m;
   try {
-    report.bytes = format::write_file(temp, meta, shard, linked, key ? &*key : nullptr);
-    if (st.rank != 0) commit::publish(temp, final_path);  // rank 0 publishes after the barrier
+    m = format::write_file(temp, meta, shard, linked, key ? &*key : nullptr);
+    report.bytes = format::tensor_bytes(m);
+    if (st.rank != 0) {
+      manifest::seal(temp, m, key ? &*key : nullptr);
+      commit::publish(temp, final_path);  // rank 0 seals and publishes after the barrier
+    }
     ok = true;
   } catch (...) {
     std::error_code ec;
@@ -213,6 +230,18 @@ SaveReport Checkpointer::Impl::write(const fs::path& dir, const Options& options
     }
   }
   if (st.rank == 0) {
+    try {
+      // The main file's manifest binds every shard file by its manifest's checksum.
+      for (std::uint32_t r = 1; r < st.world_size; ++r) {
+        const std::string name = format::shard_file_name(st.step, r);
+        m.shards.push_back({r, name, format::open_shard(dir / name, m, r).manifest_xxh3});
+      }
+      manifest::seal(temp, m, key ? &*key : nullptr);
+    } catch (...) {
+      std::error_code ec;
+      fs::remove(temp, ec);
+      throw;
+    }
     commit::publish(temp, final_path);
     commit::write_latest(dir, final_path.filename().string());
     report.committed = true;
@@ -285,6 +314,7 @@ SaveHandle Checkpointer::save_async(const State& state) {
   snap.epoch = state.epoch;
   snap.world_size = state.world_size;
   snap.rank = state.rank;
+  snap.run_id = state.run_id;
   snap.config = state.config;
   snap.lineage = state.lineage;
   snap.tensors.clear();
@@ -340,28 +370,39 @@ LoadReport Checkpointer::load(const fs::path& file, std::uint32_t rank, std::uin
 }
 
 std::optional<LoadReport> Checkpointer::load_latest(std::uint32_t rank, std::uint32_t world_size) {
+  return load_latest(rank, world_size, Accept{});
+}
+
+std::optional<LoadReport> Checkpointer::load_latest(std::uint32_t rank, std::uint32_t world_size, const Accept& accept) {
   wait();
-  std::vector<std::string> rejected;
+  std::vector<std::string>& rejected = impl_->rejected;
+  rejected.clear();
   auto files = list_checkpoints(dir_);
   for (auto it = files.rbegin(); it != files.rend(); ++it) {
     try {
       LoadReport r = load_checkpoint(*it, rank, world_size, impl_->key ? &*impl_->key : nullptr,
                                      drop_read_cache(options_.read_cache, world_size));
-      r.rejected = std::move(rejected);
+      if (accept) accept(r);
+      r.rejected = rejected;
       log::info("ckpt: loaded " + it->string() + " (step " + std::to_string(r.state.step) +
                 (r.resharded ? ", resharded from world size " + std::to_string(r.saved_world_size) : std::string()) + ")");
       return r;
     } catch (const KeyError&) {
       throw;  // every older checkpoint has the same key problem; falling back would lose progress
     } catch (const std::exception& e) {
-      log::warn("ckpt: skipping damaged checkpoint " + it->string() + ": " + e.what());
-      rejected.push_back(it->string() + ": " + e.what());
+      // Messages start with the file they are about; name it once.
+      const std::string why = e.what();
+      const std::string line = why.rfind(it->string(), 0) == 0 ? why : it->string() + ": " + why;
+      log::warn("ckpt: skipping damaged checkpoint " + line);
+      rejected.push_back(line);
     }
   }
   if (!rejected.empty())
     log::warn("ckpt: no intact checkpoint in " + dir_.string() + " (" + std::to_string(rejected.size()) + " damaged)");
   return std::nullopt;
 }
+
+const std::vector<std::string>& Checkpointer::last_rejected() const { return impl_->rejected; }
 
 std::vector<fs::path> Checkpointer::prune() {
   wait();

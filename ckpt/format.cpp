@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <optional>
+#include <set>
 
 #include "ckpt/hash_behind.hpp"
 #include "ckpt/partition.hpp"
@@ -26,10 +27,6 @@ namespace {
 constexpr std::size_t kPiece = std::size_t{8} << 20;
 
 std::string hex_of(const unsigned char* p, std::size_t n) { return hash::to_hex(p, n); }
-
-std::string aad_for(std::uint64_t step, std::uint32_t shard, const std::string& name) {
-  return "saker-ckpt/1/" + std::to_string(step) + "/" + std::to_string(shard) + "/" + name;
-}
 
 [[noreturn]] void damaged(const std::string& where, const std::string& why) {
   throw Error(explain(where, why, "this checkpoint is damaged; load an older one (saker-ckpt verify lists the intact ones)"));
@@ -133,14 +130,51 @@ bool parse_shard_file_name(const std::string& name, std::uint64_t* step, std::ui
   return true;
 }
 
-std::uint64_t write_file(const fs::path& path, const FileMeta& meta, const ShardOut& shard,
-                         const std::vector<std::pair<std::uint32_t, std::string>>& linked, const crypto::Key* key) {
+namespace {
+
+// Fills a manifest entry from the region its bytes were streamed to.
+manifest::Entry entry_for(const std::string& name, DType dtype, const std::vector<std::uint64_t>& shape,
+                          const stream::Region* region) {
+  manifest::Entry e;
+  e.name = name;
+  e.dtype = dtype;
+  e.shape = shape;
+  e.file_offset = region ? region->offset : 0;
+  e.bytes = region ? region->bytes.size() : 0;
+  e.xxh3 = region ? region->xxh3.hex() : hash::xxh3_128(nullptr, 0).hex();
+  return e;
+}
+
+}  // namespace
+
+manifest::Manifest write_file(const fs::path& path, const FileMeta& meta, const ShardOut& shard,
+                              const std::vector<std::pair<std::uint32_t, std::string>>& linked, const crypto::Key* key) {
+  manifest::Manifest m;
+  m.run_id = meta.run_id;
+  m.step = meta.step;
+  m.epoch = meta.epoch;
+  m.world_size = meta.world_size;
+  m.rank = shard.rank;
+  m.created_unix = meta.created_unix;
+  m.saker_version = meta.saker_version;
+  m.config = meta.config;
+  m.lineage = format_lineage(meta.lineage);
+  m.encryption = meta.encryption;
+  m.key_id = meta.key_id;
+  for (const Tensor& t : shard.tensors) {
+    manifest::Entry e;
+    e.name = t.name;
+    e.shape = t.shape;
+    m.tensors.push_back(e);
+  }
+  m.user_block = manifest::user_block_for(manifest::estimate(m, linked.size()));
+
   PendingData pending;
   std::vector<crypto::Sealed> sealed;  // ciphertexts must outlive the raw writes
   sealed.reserve(shard.tensors.size());
-  std::uint64_t tensor_bytes = 0;
+  std::vector<std::optional<std::size_t>> region_of(shard.tensors.size() + 2);  // index in pending.regions
   {
-    h5::Id file = h5::create_file(path);
+    h5::Id file = h5::create_file(path, m.user_block);
     h5::Id root(H5Gopen2(file.get(), "/", H5P_DEFAULT));
     set_root_attrs(root.get(), meta, shard.rank);
     h5::Id group = h5::create_group(file, shard_group_name(shard.rank));
@@ -148,18 +182,26 @@ std::uint64_t write_file(const fs::path& path, const FileMeta& meta, const Shard
     h5::set_attr(group.get(), "step", meta.step);
     h5::set_attr(group.get(), "world_size", std::uint64_t{meta.world_size});
     h5::Id tensors = h5::create_group(group, "tensors");
-    for (const Tensor& t : shard.tensors) {
+    for (std::size_t i = 0; i < shard.tensors.size(); ++i) {
+      const Tensor& t = shard.tensors[i];
+      manifest::Entry& e = m.tensors[i];
+      const std::size_t before = pending.regions.size();
       h5::Id ds;
       if (key != nullptr) {
-        sealed.push_back(crypto::seal(*key, t.bytes, aad_for(meta.step, shard.rank, t.name)));
+        sealed.push_back(crypto::seal(*key, t.bytes, manifest::tensor_aad(meta.run_id, meta.step, shard.rank, t.name)));
         const crypto::Sealed& s = sealed.back();
         ds = create_dataset(tensors, t.name, h5::raw_bytes_type(), {s.ciphertext.size()}, s.ciphertext, &pending);
+        e.encrypted = true;
+        e.nonce = hex_of(s.nonce.data(), s.nonce.size());
+        e.tag = hex_of(s.tag.data(), s.tag.size());
         h5::set_attr(ds.get(), "encryption", std::string(crypto::kCipherName));
-        h5::set_attr(ds.get(), "nonce", hex_of(s.nonce.data(), s.nonce.size()));
-        h5::set_attr(ds.get(), "tag", hex_of(s.tag.data(), s.tag.size()));
+        h5::set_attr(ds.get(), "nonce", e.nonce);
+        h5::set_attr(ds.get(), "tag", e.tag);
       } else {
         ds = create_dataset(tensors, t.name, h5::type_for(static_cast<std::uint8_t>(t.dtype)), t.shape, t.bytes, &pending);
       }
+      if (pending.regions.size() > before) region_of[i] = before;
+      e.dtype = t.dtype;
       h5::set_attr(ds.get(), "dtype", std::string(dtype_name(t.dtype)));
       h5::set_attr(ds.get(), "shape", t.shape);
       h5::set_attr(ds.get(), "placement", std::string(t.placement == Placement::replicated ? "replicated" : "partitioned"));
@@ -169,11 +211,18 @@ std::uint64_t write_file(const fs::path& path, const FileMeta& meta, const Shard
         global[0] = slice.global_rows;
         h5::set_attr(ds.get(), "global_shape", global);
         h5::set_attr(ds.get(), "offset", slice.first_row);
+        e.placement = Placement::partitioned;
+        e.global_shape = global;
+        e.first_row = slice.first_row;
       }
-      tensor_bytes += t.bytes.size();
     }
+    const std::size_t n = shard.tensors.size();
+    std::size_t before = pending.regions.size();
     create_dataset(group, "rng_state", h5::raw_bytes_type(), {shard.rng_state.size()}, shard.rng_state, &pending);
+    if (pending.regions.size() > before) region_of[n] = before;
+    before = pending.regions.size();
     create_dataset(group, "data_cursor", h5::raw_bytes_type(), {shard.data_cursor.size()}, shard.data_cursor, &pending);
+    if (pending.regions.size() > before) region_of[n + 1] = before;
     for (const auto& [rank, file_name] : linked)
       h5::external_link(file, shard_group_name(rank), file_name, "/" + shard_group_name(rank));
     // The bytes go out through our own descriptor while HDF5 still holds the file: they
@@ -185,7 +234,24 @@ std::uint64_t write_file(const fs::path& path, const FileMeta& meta, const Shard
     pending.datasets.clear();
     h5::flush(file, path);
   }  // closing the file sets its size to cover every allocated dataset
-  return tensor_bytes;
+  auto region = [&](std::size_t i) -> const stream::Region* {
+    return region_of[i] ? &pending.regions[*region_of[i]] : nullptr;
+  };
+  for (std::size_t i = 0; i < m.tensors.size(); ++i) {
+    const stream::Region* r = region(i);
+    m.tensors[i].file_offset = r ? r->offset : 0;
+    m.tensors[i].bytes = r ? r->bytes.size() : 0;
+    m.tensors[i].xxh3 = (r ? r->xxh3 : hash::xxh3_128(nullptr, 0)).hex();
+  }
+  m.rng_state = entry_for("rng_state", DType::u8, {shard.rng_state.size()}, region(m.tensors.size()));
+  m.data_cursor = entry_for("data_cursor", DType::u8, {shard.data_cursor.size()}, region(m.tensors.size() + 1));
+  return m;
+}
+
+std::uint64_t tensor_bytes(const manifest::Manifest& m) {
+  std::uint64_t n = 0;
+  for (const manifest::Entry& e : m.tensors) n += e.bytes;
+  return n;
 }
 
 // ---------------------------------------------------------------- reading
@@ -193,32 +259,78 @@ std::uint64_t write_file(const fs::path& path, const FileMeta& meta, const Shard
 struct Reader::Located {
   std::string where;      // "FILE:/shard_00001/tensors/w" for messages
   std::string data_file;  // the file holding the bytes (a shard file for linked shards)
-  haddr_t offset = HADDR_UNDEF;
+  std::uint64_t offset = 0;
   std::uint64_t size = 0;
   std::string xxh3;
-  h5::Id dataset;  // for datasets not stored contiguously (rewritten by another tool)
 };
 
-Reader::Reader(const fs::path& file, bool drop_behind)
-    : file_(file), h5_(h5::open_file(file)), drop_behind_(drop_behind) {
+namespace {
+
+void check_binding(const manifest::Manifest& m, const manifest::Manifest& main, std::uint32_t rank, const std::string& where) {
+  if (m.run_id != main.run_id)
+    damaged(where, "the shard belongs to another run (run id " + m.run_id + ", the main file's is " + main.run_id + ")");
+  if (m.step != main.step || m.world_size != main.world_size || m.rank != rank)
+    damaged(where, "the shard belongs to another checkpoint (step " + std::to_string(m.step) + ", world size " +
+                       std::to_string(m.world_size) + ", rank " + std::to_string(m.rank) + "; expected step " +
+                       std::to_string(main.step) + ", world size " + std::to_string(main.world_size) + ", rank " +
+                       std::to_string(rank) + ")");
+  if (m.encryption != main.encryption || m.key_id != main.key_id || m.config != main.config || m.lineage != main.lineage ||
+      m.epoch != main.epoch)
+    damaged(where, "the shard disagrees with its main file on encryption, key, config, lineage or epoch");
+}
+
+}  // namespace
+
+manifest::Opened open_shard(const fs::path& file, const manifest::Manifest& main, std::uint32_t rank) {
+  manifest::Opened o = manifest::open_checked(file);
+  check_binding(o.manifest, main, rank, file.string());
+  return o;
+}
+
+Reader::Reader(const fs::path& file, bool drop_behind, const crypto::Key* key) : file_(file), drop_behind_(drop_behind) {
   const std::string where = file.string();
-  const hid_t root = h5_.get();
-  if (!h5::has_attr(root, "saker_format") || h5::attr_string(root, "saker_format", where) != kFormatName)
-    damaged(where, "not a Saker checkpoint (no saker_format attribute)");
-  meta_.format_version = h5::attr_u64(root, "format_version", where);
-  if (meta_.format_version != kFormatVersion)
-    throw Error(explain(where + " has format version " + std::to_string(meta_.format_version),
-                        "this Saker reads version " + std::to_string(kFormatVersion), "use a matching Saker release"));
-  meta_.step = h5::attr_u64(root, "step", where);
-  meta_.epoch = h5::attr_u64(root, "epoch", where);
-  meta_.world_size = static_cast<std::uint32_t>(h5::attr_u64(root, "world_size", where));
-  if (meta_.world_size == 0 || meta_.world_size > 1u << 20) damaged(where, "bad world_size attribute");
-  meta_.created_unix = h5::attr_i64(root, "created_unix", where);
-  meta_.saker_version = h5::attr_string(root, "saker_version", where);
-  meta_.config = h5::attr_string(root, "config", where);
-  meta_.lineage = parse_lineage(h5::attr_string(root, "lineage", where));
-  meta_.encryption = h5::attr_string(root, "encryption", where);
-  meta_.key_id = h5::attr_string(root, "key_id", where);
+  shards_.push_back(manifest::open_checked(file));
+  paths_.push_back(file);
+  const manifest::Manifest m = shards_[0].manifest;  // a copy: shards_ grows below
+  // What the file's name says must be what it holds: a renamed file would resume from
+  // the wrong step, and a shard file is not a checkpoint by itself.
+  const std::string name = file.filename().string();
+  std::uint64_t name_step = 0;
+  std::uint32_t name_rank = 0;
+  if (parse_shard_file_name(name, &name_step, &name_rank) || m.rank != 0)
+    damaged(where, "is the shard file of rank " + std::to_string(m.rank) + "; its checkpoint is " +
+                       (file.parent_path() / main_file_name(m.step)).string());
+  if (parse_main_file_name(name, &name_step) && name_step != m.step)
+    damaged(where, "its name says step " + std::to_string(name_step) + " but it holds step " + std::to_string(m.step) +
+                       " (renamed?)");
+  if (m.shards.size() != m.world_size - 1) damaged(where, "its manifest lists " + std::to_string(m.shards.size()) +
+                                                              " shard files for world size " + std::to_string(m.world_size));
+  if (key != nullptr) manifest::authenticate(shards_[0], *key, where);
+  for (std::uint32_t r = 1; r < m.world_size; ++r) {
+    const manifest::ShardRef& ref = m.shards[r - 1];
+    if (ref.rank != r || ref.file != shard_file_name(m.step, r)) damaged(where, "its manifest lists a wrong shard file");
+    const fs::path shard_path = file.parent_path() / ref.file;
+    std::error_code ec;
+    if (!fs::exists(shard_path, ec)) damaged(shard_path.string(), "the shard file of rank " + std::to_string(r) + " is missing");
+    manifest::Opened o = open_shard(shard_path, m, r);
+    if (o.manifest_xxh3 != ref.manifest_xxh3)
+      damaged(shard_path.string(), "is not the shard file this checkpoint was written with (its manifest checksum " +
+                                       o.manifest_xxh3 + " differs from " + ref.manifest_xxh3 + " in " + name + ")");
+    if (key != nullptr) manifest::authenticate(o, *key, shard_path.string());
+    shards_.push_back(std::move(o));
+    paths_.push_back(shard_path);
+  }
+  meta_.run_id = m.run_id;
+  meta_.format_version = m.format_version;
+  meta_.step = m.step;
+  meta_.epoch = m.epoch;
+  meta_.world_size = m.world_size;
+  meta_.created_unix = m.created_unix;
+  meta_.saker_version = m.saker_version;
+  meta_.config = m.config;
+  meta_.lineage = parse_lineage(m.lineage);
+  meta_.encryption = m.encryption;
+  meta_.key_id = m.key_id;
 }
 
 Reader::~Reader() {
@@ -226,71 +338,68 @@ Reader::~Reader() {
 }
 
 std::vector<TensorInfo> Reader::tensors(std::uint32_t shard) {
-  const std::string gname = shard_group_name(shard);
-  const std::string where = file_.string() + ":/" + gname;
-  h5::Id group = h5::open_group(h5_, gname, where);
-  // A shard file left over from another save (other step or world size) must not pass.
-  if (h5::attr_u64(group.get(), "rank", where) != shard || h5::attr_u64(group.get(), "step", where) != meta_.step ||
-      h5::attr_u64(group.get(), "world_size", where) != meta_.world_size)
-    damaged(where, "the shard belongs to another checkpoint (its rank, step or world_size attribute differs)");
-  h5::Id tensors = h5::open_group(group, "tensors", where);
+  SAKER_ASSERT(shard < shards_.size(), "shard index within the world size");
+  const std::string where = file_.string() + ":/" + shard_group_name(shard);
   std::vector<TensorInfo> out;
-  for (const std::string& name : h5::children(tensors, where + "/tensors")) {
-    h5::Id ds(H5Dopen2(tensors.get(), name.c_str(), H5P_DEFAULT));
-    const std::string w = where + "/tensors/" + name;
-    if (!ds) damaged(w, "cannot open the dataset");
+  std::set<std::string> seen;
+  for (const manifest::Entry& e : shards_[shard].manifest.tensors) {
+    const std::string w = where + "/tensors/" + e.name;
+    if (!seen.insert(e.name).second) damaged(w, "the tensor appears twice");
     TensorInfo info;
     info.shard = shard;
-    info.name = name;
-    info.dtype = dtype_from_name(h5::attr_string(ds.get(), "dtype", w));
-    info.shape = h5::attr_u64s(ds.get(), "shape", w);
-    const std::string placement = h5::attr_string(ds.get(), "placement", w);
-    if (placement != "replicated" && placement != "partitioned") damaged(w, "unknown placement '" + placement + "'");
-    info.placement = placement == "replicated" ? Placement::replicated : Placement::partitioned;
+    info.name = e.name;
+    info.dtype = e.dtype;
+    info.shape = e.shape;
+    info.placement = e.placement;
+    info.encrypted = e.encrypted;
+    info.xxh3_128 = e.xxh3;
+    info.stored_bytes = e.bytes;
     if (info.placement == Placement::partitioned) {
-      info.global_shape = h5::attr_u64s(ds.get(), "global_shape", w);
-      info.offset = h5::attr_u64(ds.get(), "offset", w);
-      if (info.shape.empty() || info.global_shape.size() != info.shape.size())
+      info.global_shape = e.global_shape;
+      info.offset = e.first_row;
+      if (info.shape.empty() || info.global_shape.size() != info.shape.size() ||
+          info.offset > info.global_shape[0] || info.shape[0] > info.global_shape[0] - info.offset)
         damaged(w, "partitioned tensor without a matching global_shape");
     }
-    info.encrypted = h5::has_attr(ds.get(), "encryption");
-    info.xxh3_128 = h5::attr_string(ds.get(), "xxh3_128", w);
-    h5::Id space(H5Dget_space(ds.get()));
-    h5::Id type(H5Dget_type(ds.get()));
-    info.stored_bytes = static_cast<std::uint64_t>(H5Sget_simple_extent_npoints(space.get())) * H5Tget_size(type.get());
+    // Overflow-safe: dtype_size(dtype) * product(shape) must equal the stored bytes.
     std::uint64_t expect = dtype_size(info.dtype);
-    for (std::uint64_t d : info.shape) expect *= d;
+    for (std::uint64_t d : info.shape) {
+      if (d != 0 && expect > info.stored_bytes / d + 1) {
+        expect = ~std::uint64_t{0};
+        break;
+      }
+      expect *= d;
+    }
     if (info.stored_bytes != expect)
-      damaged(w, "stores " + std::to_string(info.stored_bytes) + " bytes but its dtype and shape need " +
-                     std::to_string(expect));
+      damaged(w, "stores " + std::to_string(info.stored_bytes) + " bytes but its dtype and shape need another size");
     out.push_back(std::move(info));
   }
   return out;
 }
 
-Reader::Located Reader::locate(std::uint32_t shard, const std::string& path_in_shard) {
-  const std::string gname = shard_group_name(shard);
+const manifest::Entry& Reader::entry(std::uint32_t shard, const std::string& name) {
+  SAKER_ASSERT(shard < shards_.size(), "shard index within the world size");
+  const manifest::Manifest& m = shards_[shard].manifest;
+  if (name == "rng_state") return m.rng_state;
+  if (name == "data_cursor") return m.data_cursor;
+  for (const manifest::Entry& e : m.tensors)
+    if (e.name == name) return e;
+  damaged(file_.string() + ":/" + shard_group_name(shard) + "/" + name, "the dataset is missing");
+}
+
+Reader::Located Reader::locate(std::uint32_t shard, const manifest::Entry& e) {
   Located loc;
-  loc.where = file_.string() + ":/" + gname + "/" + path_in_shard;
-  h5::Id group = h5::open_group(h5_, gname, loc.where);
-  loc.dataset = h5::Id(H5Dopen2(group.get(), path_in_shard.c_str(), H5P_DEFAULT));
-  if (!loc.dataset) damaged(loc.where, "the dataset is missing");
-  loc.xxh3 = h5::attr_string(loc.dataset.get(), "xxh3_128", loc.where);
-  h5::Id space(H5Dget_space(loc.dataset.get()));
-  h5::Id type(H5Dget_type(loc.dataset.get()));
-  loc.size = static_cast<std::uint64_t>(H5Sget_simple_extent_npoints(space.get())) * H5Tget_size(type.get());
-  loc.offset = H5Dget_offset(loc.dataset.get());
-  const ssize_t n = H5Fget_name(loc.dataset.get(), nullptr, 0);
-  if (n > 0) {
-    loc.data_file.resize(static_cast<std::size_t>(n));
-    H5Fget_name(loc.dataset.get(), loc.data_file.data(), loc.data_file.size() + 1);
-  }
+  loc.where = file_.string() + ":/" + shard_group_name(shard) + "/" + e.name;
+  loc.data_file = paths_[shard].string();
+  loc.offset = e.file_offset;
+  loc.size = e.bytes;
+  loc.xxh3 = e.xxh3;
   return loc;
 }
 
 void Reader::read_located(const Located& loc, std::byte* dst, const Progress& progress) {
-  hash::Digest128 digest;
-  if (loc.size > 0 && loc.offset != HADDR_UNDEF && !loc.data_file.empty()) {
+  hash::Digest128 digest = hash::xxh3_128(nullptr, 0);
+  if (loc.size > 0) {
     auto it = fds_.find(loc.data_file);
     if (it == fds_.end()) {
       const int fd = ::open(loc.data_file.c_str(), O_RDONLY | O_CLOEXEC);
@@ -298,18 +407,6 @@ void Reader::read_located(const Located& loc, std::byte* dst, const Progress& pr
       it = fds_.emplace(loc.data_file, fd).first;
     }
     digest = read_pieces(it->second, loc, dst, progress);
-  } else {
-    // Not contiguous on disk (e.g. rewritten by h5repack): let HDF5 read it.
-    std::vector<std::byte> whole;
-    if (dst == nullptr) {
-      whole.resize(loc.size);
-      dst = whole.data();
-    }
-    h5::Id type(H5Dget_type(loc.dataset.get()));
-    if (loc.size > 0 && H5Dread(loc.dataset.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, dst) < 0)
-      damaged(loc.where, "HDF5 could not read the data");
-    digest = hash::xxh3_128(dst, loc.size);
-    if (progress) progress(loc.size);
   }
   const std::string got = digest.hex();
   if (got != loc.xxh3)
@@ -388,7 +485,7 @@ hash::Digest128 Reader::read_pieces(int fd, const Located& loc, std::byte* dst, 
 }
 
 void Reader::read_stored(const TensorInfo& info, std::byte* dst, const Progress& progress) {
-  Located loc = locate(info.shard, "tensors/" + info.name);
+  Located loc = locate(info.shard, entry(info.shard, info.name));
   if (loc.size != info.stored_bytes) damaged(loc.where, "size changed while reading");
   read_located(loc, dst, progress);
 }
@@ -403,16 +500,16 @@ Tensor Reader::read_tensor(const TensorInfo& info, const crypto::Key* key, const
   if (info.encrypted) {
     if (key == nullptr)
       throw Error(explain(where + " is encrypted", "no key was given", "pass the key file (Options::key_file, --key)"));
-    const std::string gname = shard_group_name(info.shard);
-    h5::Id group = h5::open_group(h5_, gname, where);
-    h5::Id ds(H5Dopen2(group.get(), ("tensors/" + info.name).c_str(), H5P_DEFAULT));
-    const auto nonce = crypto::from_hex(h5::attr_string(ds.get(), "nonce", where), where + " nonce");
-    const auto tag = crypto::from_hex(h5::attr_string(ds.get(), "tag", where), where + " tag");
-    if (nonce.size() != crypto::kNonceSize || tag.size() != crypto::kTagSize) damaged(where, "bad nonce or tag attribute");
+    const manifest::Entry& e = entry(info.shard, info.name);
+    const auto nonce = crypto::from_hex(e.nonce, where + " nonce");
+    const auto tag = crypto::from_hex(e.tag, where + " tag");
+    if (nonce.size() != crypto::kNonceSize || tag.size() != crypto::kTagSize) damaged(where, "bad nonce or tag");
     std::shared_ptr<std::byte[]> plain(new std::byte[std::max<std::uint64_t>(info.stored_bytes, 1)]);
     crypto::open(*key, {bytes.get(), info.stored_bytes}, nonce.data(), tag.data(),
-                 aad_for(meta_.step, info.shard, info.name), {plain.get(), info.stored_bytes}, where);
+                 manifest::tensor_aad(meta_.run_id, meta_.step, info.shard, info.name), {plain.get(), info.stored_bytes}, where);
     bytes = std::move(plain);
+  } else if (key != nullptr) {
+    damaged(where, "is plaintext, but this run is encrypted: an encrypted run refuses plaintext tensors");
   }
   Tensor t;
   t.name = info.name;
@@ -426,29 +523,25 @@ Tensor Reader::read_tensor(const TensorInfo& info, const crypto::Key* key, const
 }
 
 std::vector<std::byte> Reader::read_blob(std::uint32_t shard, const char* name, const Progress& progress) {
-  Located loc = locate(shard, name);
+  Located loc = locate(shard, entry(shard, name));
   std::vector<std::byte> out(loc.size);
   read_located(loc, out.data(), progress);
   return out;
 }
 
 void Reader::check_blob(std::uint32_t shard, const char* name, const Progress& progress) {
-  read_located(locate(shard, name), nullptr, progress);
+  read_located(locate(shard, entry(shard, name)), nullptr, progress);
 }
 
 std::uint64_t Reader::total_stored_bytes() {
   std::uint64_t total = 0;
-  for (std::uint32_t s = 0; s < meta_.world_size; ++s) {
-    for (const TensorInfo& t : tensors(s)) total += t.stored_bytes;
-    for (const char* blob : {"rng_state", "data_cursor"}) total += locate(s, blob).size;
+  for (const manifest::Opened& o : shards_) {
+    total += tensor_bytes(o.manifest);
+    total += o.manifest.rng_state.bytes + o.manifest.data_cursor.bytes;
   }
   return total;
 }
 
-std::vector<fs::path> Reader::files() const {
-  std::vector<fs::path> out{file_};
-  for (std::uint32_t r = 1; r < meta_.world_size; ++r) out.push_back(file_.parent_path() / shard_file_name(meta_.step, r));
-  return out;
-}
+std::vector<fs::path> Reader::files() const { return paths_; }
 
 }  // namespace saker::ckpt::format

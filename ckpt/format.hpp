@@ -1,9 +1,11 @@
 // The on-disk format (saker-ckpt(5)): how one file is laid out and how it is read back.
 //
-// Metadata goes through HDF5; tensor bytes are stored in contiguous, unfiltered datasets
-// whose space is allocated up front, and written/read by plain pwrite/pread at the
-// dataset's file offset (H5Dget_offset). HDF5 readers see ordinary datasets; we get raw
-// disk speed and can checksum each piece while it is still in cache.
+// Writing goes through HDF5 (h5py and h5dump see ordinary groups, datasets and
+// attributes); tensor bytes are stored in contiguous, unfiltered datasets whose space is
+// allocated up front, and written by plain pwrite at the dataset's file offset. The
+// manifest (ckpt/manifest.hpp) in the user block then records and checksums everything.
+// Reading never goes through HDF5: the Reader checks the manifests of the main file and
+// every shard file, then preads each piece at the offset the manifest gives.
 #pragma once
 
 #include <atomic>
@@ -20,13 +22,14 @@
 #include "ckpt/crypto.hpp"
 #include "ckpt/h5.hpp"
 #include "ckpt/hash_behind.hpp"
+#include "ckpt/manifest.hpp"
 #include "common/hash.hpp"
 #include "saker/ckpt.hpp"
 
 namespace saker::ckpt::format {
 
 inline constexpr const char* kFormatName = "saker-ckpt";
-inline constexpr std::uint64_t kFormatVersion = 1;
+inline constexpr std::uint64_t kFormatVersion = manifest::kFormatVersion;
 
 std::string main_file_name(std::uint64_t step);                        // ckpt-000000000100.h5
 std::string shard_file_name(std::uint64_t step, std::uint32_t rank);   // ckpt-000000000100.shard-00001.h5
@@ -36,6 +39,7 @@ bool parse_main_file_name(const std::string& name, std::uint64_t* step);
 bool parse_shard_file_name(const std::string& name, std::uint64_t* step, std::uint32_t* rank);
 
 struct FileMeta {
+  std::string run_id;
   std::uint64_t step = 0;
   std::uint64_t epoch = 0;
   std::uint32_t world_size = 1;
@@ -55,19 +59,28 @@ struct ShardOut {
   std::span<const std::byte> data_cursor;
 };
 
-// Writes a complete file at `path` (not yet published): root attributes, the group of
-// `shard`, and external links to the groups of `linked` (rank, file name). Returns the
-// tensor bytes written. `key` encrypts tensors (not RNG/cursor state) when non-null.
-std::uint64_t write_file(const std::filesystem::path& path, const FileMeta& meta, const ShardOut& shard,
-                         const std::vector<std::pair<std::uint32_t, std::string>>& linked, const crypto::Key* key);
+// Writes a complete HDF5 file at `path` (not yet published, manifest not yet sealed):
+// root attributes, the group of `shard`, and external links to the groups of `linked`
+// (rank, file name). Returns its manifest, to be completed (shard refs) and sealed
+// (manifest::seal). `key` encrypts tensors (not RNG/cursor state) when non-null.
+manifest::Manifest write_file(const std::filesystem::path& path, const FileMeta& meta, const ShardOut& shard,
+                              const std::vector<std::pair<std::uint32_t, std::string>>& linked, const crypto::Key* key);
+std::uint64_t tensor_bytes(const manifest::Manifest& m);  // plaintext tensor bytes a manifest describes
+
+// Opens a shard file for the main file's manifest: checked, bound to the same run, step,
+// world size and encryption, and of the rank its name says. Throws naming the file.
+manifest::Opened open_shard(const std::filesystem::path& file, const manifest::Manifest& main, std::uint32_t rank);
 
 using Progress = std::function<void(std::uint64_t bytes)>;  // bytes just read
 
 class Reader {
  public:
+  // Checks the manifests of the main file and of every shard file (checksums, the hash
+  // of everything outside the data, binding to run, step, world size, rank and file
+  // name); with `key` also the key id and each manifest's authentication tag.
   // drop_behind: each piece's page-cache pages are dropped once it is read and hashed
   // (see ReadCache in saker/ckpt.hpp for when that is right). Throws saker::Error.
-  explicit Reader(const std::filesystem::path& file, bool drop_behind = false);
+  explicit Reader(const std::filesystem::path& file, bool drop_behind = false, const crypto::Key* key = nullptr);
   ~Reader();
   const FileMeta& meta() const { return meta_; }
   const std::filesystem::path& file() const { return file_; }
@@ -90,13 +103,15 @@ class Reader {
 
  private:
   struct Located;
-  Located locate(std::uint32_t shard, const std::string& path_in_shard);
+  Located locate(std::uint32_t shard, const manifest::Entry& entry);
+  const manifest::Entry& entry(std::uint32_t shard, const std::string& name);
   void read_located(const Located& loc, std::byte* dst, const Progress& progress);
   hash::Digest128 read_pieces(int fd, const Located& loc, std::byte* dst, const Progress& progress);
   void populate(std::byte* p, std::size_t size);  // on the helper thread
 
   std::filesystem::path file_;
-  h5::Id h5_;
+  std::vector<manifest::Opened> shards_;  // [0] is the main file
+  std::vector<std::filesystem::path> paths_;
   FileMeta meta_;
   std::map<std::string, int> fds_;  // data files opened for pread
   bool drop_behind_ = false;

@@ -1,5 +1,7 @@
 #include "ckpt/h5.hpp"
 
+#include <algorithm>
+
 
 #include "common/error.hpp"
 #include "saker/ckpt.hpp"
@@ -67,9 +69,11 @@ Id file_access() {
   return fapl;
 }
 
-Id create_file(const std::filesystem::path& path) {
+Id create_file(const std::filesystem::path& path, std::uint64_t user_block) {
   Id fapl = file_access();
-  hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get());
+  Id fcpl(check_id(H5Pcreate(H5P_FILE_CREATE), "HDF5 file creation properties"));
+  if (user_block > 0) check(H5Pset_userblock(fcpl.get(), user_block), "HDF5 user block");
+  hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get());
   if (f < 0)
     throw Error(explain("cannot create " + path.string(), "HDF5 could not create the file",
                         "check that the directory exists, is writable and has free space"));
@@ -159,10 +163,15 @@ Id open_attr(hid_t obj, const char* name, const std::string& where) {
 }  // namespace
 
 void set_attr(hid_t obj, const char* name, const std::string& value) {
-  Id t = string_type();
+  // Fixed-length: a variable-length string lives in the global heap, which HDF5 never
+  // checksums (Saker itself reads the manifest, not these attributes).
+  Id t(H5Tcopy(H5T_C_S1));
+  H5Tset_size(t.get(), std::max<std::size_t>(value.size(), 1));
+  H5Tset_strpad(t.get(), H5T_STR_NULLPAD);
+  H5Tset_cset(t.get(), H5T_CSET_UTF8);
   Id s(H5Screate(H5S_SCALAR));
-  const char* p = value.c_str();
-  write_attr(obj, name, t.get(), s.get(), &p);
+  std::string padded = value.empty() ? std::string(1, '\0') : value;
+  write_attr(obj, name, t.get(), s.get(), padded.data());
 }
 
 void set_attr(hid_t obj, const char* name, std::uint64_t value) {

@@ -39,7 +39,8 @@ void silence_error_stack();
 // format (readable by every HDF5 >= 1.8, and it stores large attributes densely).
 Id file_access();
 
-Id create_file(const std::filesystem::path& path);  // truncates
+// Truncates; `user_block` bytes at the start are left to us (the manifest), 0: none.
+Id create_file(const std::filesystem::path& path, std::uint64_t user_block = 0);
 Id open_file(const std::filesystem::path& path);    // read-only
 void flush(const Id& file, const std::filesystem::path& path);
 Id create_group(const Id& parent, const std::string& name);
@@ -49,7 +50,7 @@ std::vector<std::string> children(const Id& group, const std::string& where);
 void external_link(const Id& parent, const std::string& name, const std::string& file,
                    const std::string& object);
 
-// Attributes (scalars and 1-D u64 arrays; strings are variable-length UTF-8).
+// Attributes (scalars and 1-D u64 arrays; strings are fixed-length UTF-8).
 void set_attr(hid_t obj, const char* name, const std::string& value);
 void set_attr(hid_t obj, const char* name, std::uint64_t value);
 void set_attr(hid_t obj, const char* name, std::int64_t value);

@@ -1,7 +1,10 @@
 // Inspection for tools: metadata without reading data (describe), and full verification.
 #include <sys/stat.h>
 
+#include <optional>
+
 #include "ckpt/format.hpp"
+#include "ckpt/load.hpp"
 #include "common/error.hpp"
 #include "saker/ckpt.hpp"
 
@@ -9,10 +12,17 @@ namespace saker::ckpt {
 namespace fs = std::filesystem;
 
 CheckpointInfo describe(const fs::path& file) {
+  std::uint64_t step = 0;
+  std::uint32_t rank = 0;
+  if (format::parse_shard_file_name(file.filename().string(), &step, &rank))
+    throw Error(explain(file.string() + " is the shard file of rank " + std::to_string(rank),
+                        "a checkpoint is described by its main file, which lists every shard",
+                        "use " + (file.parent_path() / format::main_file_name(step)).string()));
   format::Reader reader(file);
   const format::FileMeta& m = reader.meta();
   CheckpointInfo info;
   info.file = file;
+  info.run_id = m.run_id;
   info.step = m.step;
   info.epoch = m.epoch;
   info.world_size = m.world_size;
@@ -33,25 +43,24 @@ CheckpointInfo describe(const fs::path& file) {
   return info;
 }
 
-Verdict verify(const fs::path& file, const Progress& progress) {
+Verdict verify(const fs::path& file, const Progress& progress, const fs::path& key_file) {
   Verdict v;
   v.file = file;
+  std::uint64_t step = 0;
+  if (format::parse_main_file_name(file.filename().string(), &step)) v.step = step;
   try {
-    format::Reader reader(file);
-    v.step = reader.meta().step;
-    const std::uint64_t total = reader.total_stored_bytes();
-    std::uint64_t done = 0;
-    const format::Progress tick = [&](std::uint64_t n) {
-      done += n;
-      if (progress) progress(done, total);
-    };
-    for (std::uint32_t s = 0; s < reader.meta().world_size; ++s) {
-      for (const TensorInfo& t : reader.tensors(s)) reader.check_stored(t, tick);
-      for (const char* blob : {"rng_state", "data_cursor"}) reader.check_blob(s, blob, tick);
-    }
+    std::optional<crypto::Key> key;
+    if (!key_file.empty()) key = crypto::load_key(key_file);
+    // The very code path a resume takes (rank 0 of the saved world size).
+    const LoadReport r = load_checkpoint(file, 0, 1, key ? &*key : nullptr, false, true, progress);
+    v.step = r.state.step;
     v.ok = true;
   } catch (const std::exception& e) {
+    // Callers print the file beside the problem: name it once (problems in a shard file
+    // or a tensor keep their own, longer, location).
     v.problem = e.what();
+    const std::string prefix = file.string() + ": ";
+    if (v.problem.rfind(prefix, 0) == 0) v.problem.erase(0, prefix.size());
   }
   return v;
 }

@@ -14,7 +14,13 @@ namespace fs = std::filesystem;
 namespace {
 
 void check_key(const format::FileMeta& meta, const crypto::Key* key, const fs::path& file) {
-  if (meta.encryption == "none") return;
+  if (meta.encryption == "none") {
+    if (key != nullptr)
+      throw Error(explain(file.string() + " is not encrypted", "this run is (a key was given), and an encrypted run refuses "
+                                                               "plaintext checkpoints (a downgrade)",
+                          "load an encrypted checkpoint of this run; saker-ckpt verify lists them"));
+    return;
+  }
   if (meta.encryption != crypto::kCipherName)
     throw KeyError(explain(file.string() + " uses encryption '" + meta.encryption + "'",
                            "this Saker knows only " + std::string(crypto::kCipherName), "use a matching Saker release"));
@@ -74,7 +80,7 @@ Tensor checked_only(const TensorInfo& info) {
   t.dtype = info.dtype;
   t.shape = info.shape;
   t.placement = info.placement;
-  t.global_rows = info.global_shape[0];
+  t.global_rows = info.global_shape.empty() ? 0 : info.global_shape[0];
   return t;
 }
 
@@ -88,13 +94,20 @@ bool drop_read_cache(ReadCache mode, std::uint32_t world_size) {
 }
 
 LoadReport load_checkpoint(const fs::path& file, std::uint32_t rank, std::uint32_t world_size, const crypto::Key* key,
-                           bool drop_behind) {
+                           bool drop_behind, bool check_only, const Progress& progress) {
   if (world_size == 0 || rank >= world_size)
     throw Error(explain("cannot load for rank " + std::to_string(rank) + " of " + std::to_string(world_size),
                         "the rank must be below the world size", "pass the caller's rank and world size"));
-  format::Reader reader(file, drop_behind);
+  // The key's id is checked before the manifests' tags, and both before any decryption.
+  format::Reader reader(file, drop_behind, key);
   const format::FileMeta& meta = reader.meta();
-  check_key(meta, key, file);
+  if (!check_only || key != nullptr) check_key(meta, key, file);
+  const std::uint64_t total = progress ? reader.total_stored_bytes() : 0;
+  std::uint64_t done = 0;
+  const format::Progress tick = [&](std::uint64_t n) {
+    done += n;
+    if (progress) progress(done, total);
+  };
 
   LoadReport out;
   out.file = file;
@@ -105,6 +118,7 @@ LoadReport load_checkpoint(const fs::path& file, std::uint32_t rank, std::uint32
   st.epoch = meta.epoch;
   st.world_size = world_size;
   st.rank = rank;
+  st.run_id = meta.run_id;
   st.config = meta.config;
   st.lineage = meta.lineage;
 
@@ -120,10 +134,11 @@ LoadReport load_checkpoint(const fs::path& file, std::uint32_t rank, std::uint32
       // Parts of other ranks are checked through a small reused buffer: reading them
       // whole would cost this rank world_size times the memory (and fresh pages) it keeps.
       Tensor t;
-      if (needed(info, rank, world_size)) {
-        t = reader.read_tensor(info, key);
+      if (needed(info, rank, world_size) && (!check_only || key != nullptr)) {
+        t = reader.read_tensor(info, key, tick);
+        if (check_only) t = checked_only(info);
       } else {
-        reader.check_stored(info);
+        reader.check_stored(info, tick);
         t = checked_only(info);
       }
       if (info.placement == Placement::replicated) {
@@ -139,15 +154,24 @@ LoadReport load_checkpoint(const fs::path& file, std::uint32_t rank, std::uint32
         parts[info.name].push_back(std::move(t));
       }
     }
-    if (s == own_shard) {
-      st.rng_state = reader.read_blob(s, "rng_state");
-      st.data_cursor = reader.read_blob(s, "data_cursor");
+    if (s == own_shard && !check_only) {
+      st.rng_state = reader.read_blob(s, "rng_state", tick);
+      st.data_cursor = reader.read_blob(s, "data_cursor", tick);
     } else {
-      reader.check_blob(s, "rng_state");
-      reader.check_blob(s, "data_cursor");
+      reader.check_blob(s, "rng_state", tick);
+      reader.check_blob(s, "data_cursor", tick);
     }
   }
   for (auto& [name, list] : parts) {
+    if (check_only) {
+      // Nothing was kept to assemble: check only that the parts tile the whole tensor.
+      std::uint64_t rows = 0;
+      for (const Tensor& p : list) rows += p.shape[0];
+      if (rows != list.front().global_rows)
+        throw Error(explain(file.string() + ": the saved parts of tensor " + name + " cover " + std::to_string(rows) + " rows",
+                            "its global shape has " + std::to_string(list.front().global_rows), "the checkpoint is damaged"));
+      continue;
+    }
     const Slice want = even_slice(list.front().global_rows, rank, world_size);
     if (!out.resharded && list.size() == world_size) {
       st.tensors.push_back(std::move(list[rank]));  // same layout: this rank's own part

@@ -20,7 +20,12 @@ class KeyError : public Error {
 // Resolves ReadCache::automatic for a load by `world_size` ranks (reads LOCAL_WORLD_SIZE).
 bool drop_read_cache(ReadCache mode, std::uint32_t world_size);
 
+// The one judgement: verify() and every load run this. It checks every manifest, every
+// shard's binding and every byte's checksum; with `key` also the key id, the manifests'
+// tags and each tensor's decryption. check_only (verify without a key): the bytes are
+// hashed, not kept, and an encrypted checkpoint is judged on its checksums alone.
 LoadReport load_checkpoint(const std::filesystem::path& file, std::uint32_t rank, std::uint32_t world_size,
-                           const crypto::Key* key, bool drop_behind = false);
+                           const crypto::Key* key, bool drop_behind = false, bool check_only = false,
+                           const Progress& progress = {});
 
 }  // namespace saker::ckpt

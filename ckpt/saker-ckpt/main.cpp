@@ -34,8 +34,8 @@ constexpr int kOk = 0, kDamaged = 1, kUsage = 2, kFailed = 3, kAgainstPolicy = 4
 const char* kUsageText =
     "Usage: saker-ckpt ls DIR [--quick]\n"
     "       saker-ckpt show FILE\n"
-    "       saker-ckpt verify DIR|FILE... [--policy FILE]\n"
-    "       saker-ckpt prune DIR --keep K [--keep-every M]\n"
+    "       saker-ckpt verify DIR|FILE... [--policy FILE] [--key FILE]\n"
+    "       saker-ckpt prune DIR --keep K [--keep-every M] [--dry-run]\n"
     "\n"
     "ls      one line per committed checkpoint: step, creation time (UTC), size, shards and\n"
     "        status (ok, or DAMAGED and why). Checks every checksum unless --quick.\n"
@@ -45,8 +45,10 @@ const char* kUsageText =
     "        every checksum; no key is needed, checksums cover the stored bytes. With --policy,\n"
     "        also checks that each checkpoint's lineage may be stored where it is, and\n"
     "        encrypted when the policy requires it (REFUSED and why otherwise).\n"
-    "prune   keeps the newest K checkpoints plus every checkpoint whose step is a multiple of\n"
-    "        M, and removes the rest with their shard files. The newest is always kept.\n"
+    "prune   keeps the newest K checkpoints that verify plus every verified checkpoint whose step\n"
+    "        is a multiple of M, and removes the rest with their shard files. Damaged checkpoints\n"
+    "        never count toward K; the newest verified one is always kept, and damaged ones newer\n"
+    "        than it stay (nothing is removed when none verifies). --dry-run only shows the plan.\n"
     "\n"
     "Progress goes to stderr when it is a terminal (or with --progress).\n"
     "Exit codes: 0 success, 1 a damaged checkpoint was found, 2 bad usage, 3 cannot read or act,\n"
@@ -103,31 +105,49 @@ std::vector<fs::path> checkpoints_in(const fs::path& target) {
   return {target};
 }
 
-int cmd_ls(const fs::path& dir, bool quick, bool progress) {
+int cmd_ls(const fs::path& dir, bool quick, bool progress, const std::string& key_file) {
   if (!fs::is_directory(dir))
     throw saker::Error(saker::explain(dir.string() + " is not a directory", "ls lists a checkpoint directory",
                                       "give the directory passed to the trainer"));
+  // Sorted by the step in the file name (list_checkpoints); a damaged row keeps its
+  // place and its columns, with "?" for what could not be read.
   const auto files = ck::list_checkpoints(dir);
-  std::printf("%-12s  %-20s  %10s  %6s  %s\n", "STEP", "CREATED", "SIZE", "SHARDS", "STATUS");
+  struct Row {
+    std::string step, created, size, shards, status;
+  };
+  // Fixed widths known before any file is read, so each row goes out (flushed) as soon
+  // as it is judged: steps as wide as the widest name's, ISO times, sizes like "1023.9 GiB".
+  std::size_t w_step = 4;
+  for (const fs::path& f : files) w_step = std::max(w_step, std::to_string(ck::step_in_name(f)).size());
+  const int ws = static_cast<int>(w_step), wc = 20, wz = 10;
+  std::printf("%*s  %-*s  %*s  %6s  %s\n", ws, "STEP", wc, "CREATED", wz, "SIZE", "SHARDS", "STATUS");
   int rc = kOk;
   for (const fs::path& f : files) {
-    std::string status = quick ? "unverified" : "ok";
+    Row row;
+    row.step = std::to_string(ck::step_in_name(f));
+    row.status = quick ? "unverified" : "ok";
     try {
       const ck::CheckpointInfo info = ck::describe(f);
+      row.created = iso_time(info.created_unix);
+      row.size = human_bytes(info.bytes);
+      row.shards = std::to_string(info.world_size);
       if (!quick) {
-        const ck::Verdict v = ck::verify(f, progress_for(progress, f.filename().string()));
+        const ck::Verdict v = ck::verify(f, progress_for(progress, f.filename().string()), key_file);
         end_progress(progress);
-        if (!v.ok) status = "DAMAGED: " + v.problem, rc = kDamaged;
+        if (!v.ok) row.status = "DAMAGED: " + v.problem, rc = kDamaged;
       }
-      std::printf("%-12" PRIu64 "  %-20s  %10s  %6" PRIu32 "  %s\n", info.step, iso_time(info.created_unix).c_str(),
-                  human_bytes(info.bytes).c_str(), info.world_size, status.c_str());
     } catch (const std::exception& e) {
       std::error_code ec;
       const auto size = fs::file_size(f, ec);
-      std::printf("%-12s  %-20s  %10s  %6s  DAMAGED: %s\n", f.filename().string().c_str(), "?",
-                  human_bytes(ec ? 0 : size).c_str(), "?", e.what());
+      row.created = "?";
+      row.size = human_bytes(ec ? 0 : size);
+      row.shards = "?";
+      row.status = std::string("DAMAGED: ") + e.what();
       rc = kDamaged;
     }
+    std::printf("%*s  %-*s  %*s  %6s  %s\n", ws, row.step.c_str(), wc, row.created.c_str(), wz, row.size.c_str(),
+                row.shards.c_str(), row.status.c_str());
+    std::fflush(stdout);
   }
   if (files.empty()) std::fprintf(stderr, "saker-ckpt: no committed checkpoints in %s\n", dir.c_str());
   return rc;
@@ -172,12 +192,13 @@ std::string policy_problem(const ck::DestinationGuard& guard, const fs::path& fi
   return {};
 }
 
-int cmd_verify(const std::vector<std::string>& targets, bool progress, const ck::DestinationGuard* guard) {
+int cmd_verify(const std::vector<std::string>& targets, bool progress, const ck::DestinationGuard* guard,
+               const std::string& key_file) {
   int rc = kOk;
   std::size_t checked = 0;
   for (const std::string& target : targets) {
     for (const fs::path& f : checkpoints_in(target)) {
-      const ck::Verdict v = ck::verify(f, progress_for(progress, f.filename().string()));
+      const ck::Verdict v = ck::verify(f, progress_for(progress, f.filename().string()), key_file);
       end_progress(progress);
       ++checked;
       const std::string refused = v.ok && guard != nullptr ? policy_problem(*guard, f) : std::string();
@@ -190,6 +211,7 @@ int cmd_verify(const std::vector<std::string>& targets, bool progress, const ck:
         std::printf("DAMAGED  %s: %s\n", f.c_str(), v.problem.c_str());
         rc = kDamaged;
       }
+      std::fflush(stdout);  // each verdict is out before the next (possibly long) check
     }
   }
   if (checked == 0) {
@@ -199,13 +221,20 @@ int cmd_verify(const std::vector<std::string>& targets, bool progress, const ck:
   return rc;
 }
 
-int cmd_prune(const fs::path& dir, std::uint32_t keep, std::uint64_t keep_every) {
+int cmd_prune(const fs::path& dir, std::uint32_t keep, std::uint64_t keep_every, bool dry_run) {
   if (!fs::is_directory(dir))
     throw saker::Error(saker::explain(dir.string() + " is not a directory", "prune works on a checkpoint directory",
                                       "give the directory passed to the trainer"));
-  const auto removed = ck::prune(dir, keep, keep_every);
-  for (const fs::path& f : removed) std::printf("removed  %s\n", f.c_str());
-  std::printf("%zu file(s) removed, %zu checkpoint(s) kept\n", removed.size(), ck::list_checkpoints(dir).size());
+  ck::PruneOptions o;
+  o.keep_last = keep;
+  o.keep_every = keep_every;
+  o.dry_run = dry_run;
+  o.full_verify = true;  // only checkpoints that verify (every byte) count toward --keep
+  const ck::PruneReport r = ck::prune(dir, o);
+  for (const std::string& d : r.damaged) std::printf("DAMAGED  %s\n", d.c_str());
+  for (const fs::path& f : r.removed) std::printf("%s  %s\n", dry_run ? "would remove" : "removed", f.c_str());
+  std::printf("%zu file(s) %s, %zu checkpoint(s) kept\n", r.removed.size(), dry_run ? "would be removed" : "removed",
+              r.kept.size());
   return kOk;
 }
 
@@ -217,14 +246,16 @@ int main(int argc, char** argv) {
   std::vector<std::string> targets;
   std::uint32_t keep = 0;
   std::uint64_t keep_every = 0;
-  std::string policy_file;
-  bool quick = false, progress = ::isatty(STDERR_FILENO) != 0;
+  std::string policy_file, key_file;
+  bool quick = false, dry_run = false, progress = ::isatty(STDERR_FILENO) != 0;
   po::options_description opts("Options");
   opts.add_options()("help,h", "show this help")("quick", po::bool_switch(&quick), "ls: skip checksum verification")(
       "progress", "show progress on stderr even when it is not a terminal")(
       "keep", po::value(&keep), "prune: checkpoints to keep (newest first, >= 1)")(
       "keep-every", po::value(&keep_every), "prune: also keep steps that are multiples of M")(
-      "policy", po::value(&policy_file), "verify: site policy (saker-policy.yaml(5)) the checkpoints must obey");
+      "dry-run", po::bool_switch(&dry_run), "prune: show what would be removed, remove nothing")(
+      "policy", po::value(&policy_file), "verify: site policy (saker-policy.yaml(5)) the checkpoints must obey")(
+      "key", po::value(&key_file), "verify, ls: AES-256 key file; also checks authenticity and decryption, as a resume does");
   po::options_description all;
   all.add(opts).add_options()("command", po::value(&command))("target", po::value(&targets));
   po::positional_options_description pos;
@@ -258,14 +289,14 @@ int main(int argc, char** argv) {
   }
   saker::log::set_level(saker::log::Level::warn);
   try {
-    if (command == "ls") return cmd_ls(targets[0], quick, progress);
+    if (command == "ls") return cmd_ls(targets[0], quick, progress, key_file);
     if (command == "show") return cmd_show(targets[0]);
     if (command == "verify") {
       std::shared_ptr<const ck::PolicyGuard> guard;
       if (!policy_file.empty()) guard = ck::PolicyGuard::from_file(policy_file);
-      return cmd_verify(targets, progress, guard.get());
+      return cmd_verify(targets, progress, guard.get(), key_file);
     }
-    return cmd_prune(targets[0], keep, keep_every);
+    return cmd_prune(targets[0], keep, keep_every, dry_run);
   } catch (const std::exception& e) {
     std::cerr << "saker-ckpt " << command << ": " << e.what() << "\n";
     return kFailed;

@@ -96,6 +96,10 @@ std::vector<DatasetVersion> parse_lineage(std::string_view text);
 std::string format_lineage(const std::vector<DatasetVersion>& lineage);
 
 struct State {
+  // Which run this state belongs to: every shard of a checkpoint carries it, and encrypted
+  // tensors are bound to it. Empty: Options::run_id, else one derived from the directory.
+  // Resuming gives back the run id the checkpoint was written with.
+  std::string run_id;
   std::uint64_t step = 0;
   std::uint64_t epoch = 0;
   std::uint32_t world_size = 1;
@@ -161,6 +165,7 @@ enum class ReadCache : std::uint8_t {
 };
 
 struct Options {
+  std::string run_id;  // for states with an empty run_id (see State::run_id)
   std::uint32_t keep_last = 3;   // keep the newest K checkpoints (0: keep all)
   std::uint64_t keep_every = 0;  // also keep every checkpoint whose step % M == 0 (0: none)
   std::filesystem::path key_file;  // AES-256 key (32 raw bytes or 64 hex digits), mode 0600; empty: no encryption
@@ -227,6 +232,14 @@ class Checkpointer {
   // Newest checkpoint that verifies (every shard's checksums), for `rank` of `world_size`.
   // Bad ones are skipped, logged and listed in LoadReport::rejected. nullopt: none usable.
   std::optional<LoadReport> load_latest(std::uint32_t rank = 0, std::uint32_t world_size = 1);
+  // The same, skipping (and listing in `rejected`) intact checkpoints `accept` refuses by
+  // throwing saker::Error, e.g. another run's (its config record differs).
+  using Accept = std::function<void(const LoadReport&)>;
+  std::optional<LoadReport> load_latest(std::uint32_t rank, std::uint32_t world_size, const Accept& accept);
+  // What the last load_latest() skipped, "FILE: why", newest first (also when it found
+  // nothing: then every committed checkpoint is listed, and a caller must not start over
+  // silently).
+  const std::vector<std::string>& last_rejected() const;
   LoadReport load(const std::filesystem::path& file, std::uint32_t rank = 0, std::uint32_t world_size = 1);
 
   // Applies the retention rule now (saves do it after each commit). Returns files removed.
@@ -258,6 +271,7 @@ struct TensorInfo {
 
 struct CheckpointInfo {
   std::filesystem::path file;
+  std::string run_id;
   std::uint64_t step = 0;
   std::uint64_t epoch = 0;
   std::uint32_t world_size = 1;
@@ -284,12 +298,32 @@ struct Verdict {
 };
 // Progress: bytes checked so far and in total (for long verifications).
 using Progress = std::function<void(std::uint64_t done, std::uint64_t total)>;
-// Reads every shard and checks every checksum; never throws for a damaged file.
-Verdict verify(const std::filesystem::path& file, const Progress& progress = {});
+// The judgement every load makes (one code path): every manifest, shard binding and
+// checksum; with `key_file` also the key id, the manifests' authentication tags and every
+// tensor's decryption (what an encrypted resume checks). Never throws for a damaged file.
+Verdict verify(const std::filesystem::path& file, const Progress& progress = {},
+               const std::filesystem::path& key_file = {});
 
+// The step a main file's name says (ckpt-<step>.h5); 0 for any other name.
+std::uint64_t step_in_name(const std::filesystem::path& main_file);
 // Committed checkpoints in `dir` (main files only), oldest step first.
 std::vector<std::filesystem::path> list_checkpoints(const std::filesystem::path& dir);
-// Applies a retention rule to `dir`; returns the files removed. Never removes the newest.
+// The retention rule. Only checkpoints that verify count toward keep_last; the newest
+// verified one is never removed, nor damaged ones newer than it (nothing at all is
+// removed while none verifies); damaged ones older than it are removed.
+struct PruneOptions {
+  std::uint32_t keep_last = 3;   // 0: keep all
+  std::uint64_t keep_every = 0;  // also keep verified steps that are multiples of M
+  bool dry_run = false;          // report what would be removed, remove nothing
+  bool full_verify = false;      // read every byte (else: manifests and metadata only)
+};
+struct PruneReport {
+  std::vector<std::filesystem::path> removed;  // or would be, with dry_run
+  std::vector<std::filesystem::path> kept;     // main files
+  std::vector<std::string> damaged;            // "FILE: why"
+};
+PruneReport prune(const std::filesystem::path& dir, const PruneOptions& options);
+// The same with manifest-level checks; returns the files removed.
 std::vector<std::filesystem::path> prune(const std::filesystem::path& dir, std::uint32_t keep_last,
                                          std::uint64_t keep_every);
 

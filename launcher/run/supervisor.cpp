@@ -20,7 +20,9 @@ std::string refusal_meaning(int code) {
 
 }  // namespace
 
-bool is_refusal_exit_code(int code) { return code == 2 || code == kRefusedExitCode || code == 126 || code == 127; }
+bool is_refusal_exit_code(int code) {
+  return code == 2 || code == kRefusedExitCode || code == kAllDamagedExitCode || code == 126 || code == 127;
+}
 
 Decision decide(const Policy& policy, const Attempt& last, int restarts_done) {
   switch (last.outcome) {

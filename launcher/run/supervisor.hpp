@@ -15,8 +15,11 @@ inline constexpr int kPreemptedExitCode = 75;
 // the same way" (EX_CONFIG), e.g. saker-train when the site policy refuses its checkpoint
 // directory. The step is not restarted.
 inline constexpr int kRefusedExitCode = 78;
+// Exit code saker-train uses when every checkpoint is damaged (it names each): a restart
+// would find the same files, so a person must look (or pass --allow-fresh-start).
+inline constexpr int kAllDamagedExitCode = 79;
 // Exit codes no restart can change (see saker(7)): 2 bad command line (usage), 78 refused
-// settings, 126 not executable, 127 not found. A rank that exits with one of them is not
+// settings, 79 every checkpoint damaged, 126 not executable, 127 not found. A rank that exits with one of them is not
 // restarted, and saker-run exits with the same code (126 as 127).
 bool is_refusal_exit_code(int code);
 

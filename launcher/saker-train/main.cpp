@@ -28,7 +28,7 @@ using namespace saker::train;
 
 namespace {
 
-constexpr int kExitOk = 0, kExitError = 1, kExitUsage = 2, kExitPreempted = 75, kExitRefused = 78;
+constexpr int kExitOk = 0, kExitError = 1, kExitUsage = 2, kExitPreempted = 75, kExitRefused = 78, kExitAllDamaged = 79;
 
 std::atomic<int> g_stop{0};
 void on_preempt(int) { g_stop.store(1); }
@@ -43,7 +43,8 @@ const char* kExitCodes =
     "Exit codes (saker(7)): 0 done, 1 error (message on stderr), 2 usage error,\n"
     "75 stopped by SIGTERM/SIGUSR1 after an emergency checkpoint (requeue to resume),\n"
     "78 refused, and retrying will not help: a checkpoint refused by the site policy (--policy: wrong\n"
-    "zone or no key), or --device gpu where a rank cannot allreduce with NCCL on a GPU.\n";
+    "zone or no key), or --device gpu where a rank cannot allreduce with NCCL on a GPU,\n"
+    "79 every checkpoint in --ckpt-dir is damaged (each named on stderr) and --allow-fresh-start was not given.\n";
 
 // Parses args against d; prints the help (with the exit codes) and returns false on --help.
 bool parse_options(const std::vector<std::string>& args, const po::options_description& d,
@@ -87,6 +88,7 @@ int run_training(const std::vector<std::string>& args) {
   std::string lineage = env_or("SLURM_SPANK_SAKER_DATASETS", env_or("SAKER_DATASETS", ""));
   std::string device = env_or("SAKER_TRAIN_DEVICE", "auto");
   unsigned keep = 3;
+  bool allow_fresh_start = false;
   po::options_description d("Usage: saker-train [train] --data FILE [OPTIONS]\n"
                             "       saker-train make-data --out FILE [OPTIONS]   (a synthetic dataset to train on;\n"
                             "                                                     see saker-train make-data --help)\n\n"
@@ -106,6 +108,8 @@ int run_training(const std::vector<std::string>& args) {
       ("ckpt-dir", po::value<std::string>(&ckpt_dir), "checkpoint directory (default: $SAKER_CKPT_DIR; none: no checkpoints)")
       ("ckpt-every", po::value<std::uint64_t>(&cfg.ckpt_every)->default_value(50), "checkpoint every N steps (0: only on signals)")
       ("keep", po::value<unsigned>(&keep)->default_value(3), "checkpoints to keep")
+      ("allow-fresh-start", po::bool_switch(&allow_fresh_start), "when every checkpoint in --ckpt-dir is damaged, "
+                                                                 "train from step 0 instead of exiting 79")
       ("ckpt-key", po::value<std::string>(&key_file), "AES-256 key file (mode 0600) encrypting checkpoints "
                                                       "(default: $SAKER_CKPT_KEY; none: unencrypted)")
       ("policy", po::value<std::string>(&policy_file), "site policy (saker-policy.yaml(5)) every checkpoint save "
@@ -151,6 +155,7 @@ int run_training(const std::vector<std::string>& args) {
     so.keep_last = keep;
     so.lineage = lineage;
     so.key_file = key_file;
+    so.allow_fresh_start = allow_fresh_start;
     if (!policy_file.empty()) so.guard = saker::ckpt::PolicyGuard::from_file(policy_file);
     store = std::make_unique<CkptStore>(so, *reducer);
   }
@@ -179,6 +184,9 @@ int main(int argc, char** argv) {
   } catch (const saker::ckpt::DestinationRefused& e) {
     saker::log::error(std::string("saker-train: ") + e.what());
     return kExitRefused;
+  } catch (const AllDamaged& e) {
+    saker::log::error(std::string("saker-train: ") + e.what());
+    return kExitAllDamaged;
   } catch (const DeviceRefused& e) {
     saker::log::error(std::string("saker-train: ") + e.what());
     return kExitRefused;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/error.hpp"
 #include "launcher/train/trainer.hpp"
 
 namespace saker::ckpt {
@@ -26,6 +27,16 @@ struct CkptStoreOptions {
   // The residency/encryption rule (ckpt::PolicyGuard); null: none. Checked once here,
   // before the directory is created, and again by every save.
   std::shared_ptr<const ckpt::DestinationGuard> guard;
+  // When every checkpoint in `dir` is damaged: false refuses (AllDamaged), true starts
+  // over from step 0 with a warning naming each damaged file.
+  bool allow_fresh_start = false;
+};
+
+// Every checkpoint in the directory is damaged and starting over was not allowed
+// (saker-train exits 79 on it). The message names each file and why.
+class AllDamaged : public Error {
+ public:
+  using Error::Error;
 };
 
 class CkptStore final : public SnapshotStore {
@@ -35,11 +46,16 @@ class CkptStore final : public SnapshotStore {
   CkptStore(const CkptStoreOptions& options, Reducer& reducer);
   ~CkptStore() override;
   void save(const Snapshot& snapshot, bool emergency) override;
-  std::optional<Snapshot> load_latest() override;
+  std::optional<Snapshot> load_latest(const std::string& expected_config) override;
   std::string describe() const override { return dir_; }
 
  private:
+  // One run id for every rank: the resumed checkpoint's, else rank 0's random one.
+  void ensure_run_id();
+
   std::string dir_;
+  bool allow_fresh_start_ = false;
+  std::string run_id_;
   Reducer& reducer_;
   std::vector<ckpt::DatasetVersion> lineage_;
   std::unique_ptr<ckpt::Checkpointer> ck_;

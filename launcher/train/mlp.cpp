@@ -132,4 +132,16 @@ BatchStats Mlp::run(const float* x, const std::int32_t* y, int rows, float* grad
   return stats;
 }
 
+std::vector<NamedParameter> Mlp::named_parameters() const {
+  std::vector<NamedParameter> out;
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    const Layer& L = layers_[l];
+    const std::string fc = "fc" + std::to_string(l + 1);
+    const auto in = static_cast<std::uint64_t>(L.in), n_out = static_cast<std::uint64_t>(L.out);
+    out.push_back({fc + ".weight", {n_out, in}, L.weight_offset, static_cast<std::size_t>(in * n_out)});
+    out.push_back({fc + ".bias", {n_out}, L.bias_offset, static_cast<std::size_t>(n_out)});
+  }
+  return out;
+}
+
 }  // namespace saker::train

@@ -28,6 +28,14 @@ struct BatchStats {
   std::int64_t rows = 0;
 };
 
+// One named parameter tensor inside the flat parameter vector (checkpoints keep these
+// names, so h5py users see the model's layers).
+struct NamedParameter {
+  std::string name;                   // fc1.weight, fc1.bias, fc2.weight, ...
+  std::vector<std::uint64_t> shape;   // weight [out, in], bias [out]
+  std::size_t offset = 0, count = 0;  // into parameters()
+};
+
 class Mlp {
  public:
   explicit Mlp(MlpShape shape);
@@ -36,6 +44,8 @@ class Mlp {
   std::span<float> parameters() { return params_; }
   std::span<const float> parameters() const { return params_; }
 
+  // Every layer's weight and bias, in parameter order (they tile parameters()).
+  std::vector<NamedParameter> named_parameters() const;
   // He-normal weights and zero biases, drawn from rng in parameter order.
   void initialize(Rng& rng);
   // Adds the summed (not averaged) gradient over `rows` samples to grad (same length

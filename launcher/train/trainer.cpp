@@ -1,6 +1,7 @@
 #include "launcher/train/trainer.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -30,6 +31,23 @@ std::string TrainConfig::record(const Dataset& data, int world) const {
 
 namespace {
 
+std::string without_world(std::string record) {
+  const std::string key = ",\"world_size\":";
+  const std::size_t at = record.find(key);
+  if (at == std::string::npos) return record;
+  std::size_t end = at + key.size();
+  while (end < record.size() && std::isdigit(static_cast<unsigned char>(record[end]))) ++end;
+  return record.erase(at, end - at);
+}
+
+}  // namespace
+
+bool same_run(const std::string& saved, const std::string& current) {
+  return without_world(saved) == without_world(current);
+}
+
+namespace {
+
 Snapshot take_snapshot(std::uint64_t step, const Loader& loader, const Mlp& model, Optimizer& opt, const Rng& rng,
                        const std::string& record) {
   Snapshot s;
@@ -41,12 +59,13 @@ Snapshot take_snapshot(std::uint64_t step, const Loader& loader, const Mlp& mode
   s.rng = rng.save();
   s.cursor = loader.cursor().save();
   s.config = record;
+  for (const NamedParameter& p : model.named_parameters()) s.layout.push_back({p.name, p.shape, p.count});
   return s;
 }
 
 void restore_snapshot(const Snapshot& s, Loader& loader, Mlp& model, Optimizer& opt, Rng& rng,
                       const std::string& record, const std::string& where) {
-  if (s.config != record) {
+  if (!same_run(s.config, record)) {
     throw Error(explain("checkpoint in " + where + " belongs to another run (" + s.config + ")",
                         "this run is " + record + "; resuming it would not continue the same run",
                         "use a fresh --ckpt-dir or the original settings"));
@@ -90,7 +109,7 @@ TrainResult train(const TrainConfig& cfg, const Dataset& data, Reducer& reducer,
   TrainResult result;
   std::uint64_t step = 0;
   if (store != nullptr) {
-    if (std::optional<Snapshot> s = store->load_latest()) {
+    if (std::optional<Snapshot> s = store->load_latest(record)) {
       restore_snapshot(*s, loader, model, *opt, rng, record, store->describe());
       step = result.resumed_from = s->step;
       if (leader) std::printf("saker-train: resumed from checkpoint step %llu (epoch %llu) in %s\n",
@@ -160,7 +179,8 @@ TrainResult train(const TrainConfig& cfg, const Dataset& data, Reducer& reducer,
       result.step = step;
       return result;
     }
-    if (store != nullptr && cfg.ckpt_every > 0 && step % cfg.ckpt_every == 0 && step < cfg.steps) {
+    // The final step is saved too: a finished run's checkpoint is its result.
+    if (store != nullptr && ((cfg.ckpt_every > 0 && step % cfg.ckpt_every == 0) || step == cfg.steps)) {
       store->save(take_snapshot(step, loader, model, *opt, rng, record), false);
     }
     if (cfg.step_sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(cfg.step_sleep_ms));

@@ -47,13 +47,23 @@ struct Snapshot {
   std::vector<std::byte> rng;
   std::vector<std::byte> cursor;
   std::string config;  // the run's configuration record (checked on resume)
+  // How params (and each optimizer buffer, same layout) split into named tensors:
+  // (name, shape, element count), in order. Empty: one flat tensor.
+  struct Part {
+    std::string name;
+    std::vector<std::uint64_t> shape;
+    std::size_t count = 0;
+  };
+  std::vector<Part> layout;
 };
 
 class SnapshotStore {
  public:
   virtual ~SnapshotStore() = default;
   virtual void save(const Snapshot& snapshot, bool emergency) = 0;  // collective; returns once committed
-  virtual std::optional<Snapshot> load_latest() = 0;                // collective
+  // Newest snapshot whose config record is `expected_config` (others are skipped as
+  // another run's, and older ones tried); collective.
+  virtual std::optional<Snapshot> load_latest(const std::string& expected_config) = 0;
   virtual std::string describe() const = 0;
 };
 
@@ -75,6 +85,11 @@ struct TrainConfig {
   // record is refused (it would not be the same run).
   std::string record(const Dataset& data, int world) const;
 };
+
+// Whether a checkpoint's config record continues the run `current` describes: equal but
+// for the world size (a run may resume onto another number of ranks: parameters are
+// replicated, and the data cursor and RNG are global).
+bool same_run(const std::string& saved, const std::string& current);
 
 struct TrainResult {
   bool preempted = false;     // stopped on a signal after an emergency checkpoint

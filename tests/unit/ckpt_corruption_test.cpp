@@ -124,5 +124,5 @@ TEST_CASE("a missing shard file makes the checkpoint unusable", "[ckpt][corrupti
   auto got = ck.load_latest();
   REQUIRE(got);
   CHECK(got->state.step == 1);
-  CHECK_THAT(got->rejected.at(0), Catch::Contains("shard_00001"));
+  CHECK_THAT(got->rejected.at(0), Catch::Contains("shard-00001"));
 }

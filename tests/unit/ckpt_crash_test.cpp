@@ -1,6 +1,6 @@
 // Crash consistency: a child process saves in a loop and is killed with SIGKILL at 200
 // random moments. After every kill the newest loadable checkpoint must be intact and no
-// older than the last one the child reported as saved.
+// older than the last one the child reported as saved. Plain and encrypted.
 #include <catch2/catch.hpp>
 #include <fcntl.h>
 #include <signal.h>
@@ -20,10 +20,11 @@ namespace {
 
 constexpr std::size_t kFloats = 64 * 1024;  // 256 KiB per checkpoint: wide windows to be killed in
 
-[[noreturn]] void child_loop(const std::filesystem::path& dir, int report_fd) {
+[[noreturn]] void child_loop(const std::filesystem::path& dir, int report_fd, const std::filesystem::path& key) {
   try {
     Options o;
     o.keep_last = 2;
+    o.key_file = key;
     Checkpointer ck(dir, o);
     auto latest = ck.load_latest();
     std::uint64_t step = latest ? latest->state.step : 0;
@@ -40,6 +41,16 @@ constexpr std::size_t kFloats = 64 * 1024;  // 256 KiB per checkpoint: wide wind
 
 TEST_CASE("SIGKILL at 200 random moments never leaves a bad newest checkpoint", "[ckpt][crash]") {
   TempDir dir;
+  const bool encrypted = GENERATE(false, true);
+  INFO((encrypted ? "encrypted" : "plain"));
+  std::filesystem::path key;
+  if (encrypted) {
+    auto bytes = random_bytes(32, 77);
+    write_file(dir / "key", std::string(reinterpret_cast<const char*>(bytes.data()), 32), 0600);
+    key = dir / "key";
+  }
+  Options probe_options;
+  probe_options.key_file = key;
   saker::log::set_level(saker::log::Level::warn);
   std::mt19937_64 rng(20240611);
   std::uint64_t reported = 0;  // newest step a child said it saved
@@ -52,7 +63,7 @@ TEST_CASE("SIGKILL at 200 random moments never leaves a bad newest checkpoint", 
     REQUIRE(pid >= 0);
     if (pid == 0) {
       ::close(fds[0]);
-      child_loop(dir.path(), fds[1]);
+      child_loop(dir / "c", fds[1], key);
     }
     ::close(fds[1]);
     ::usleep(static_cast<useconds_t>(rng() % 40000));
@@ -66,8 +77,8 @@ TEST_CASE("SIGKILL at 200 random moments never leaves a bad newest checkpoint", 
     ::close(fds[0]);
 
     // Anything the dead child left half-written is cleaned up by the next writer.
-    Checkpointer probe(dir.path());
-    for (const auto& e : std::filesystem::directory_iterator(dir.path()))
+    Checkpointer probe(dir / "c", probe_options);
+    for (const auto& e : std::filesystem::directory_iterator(dir / "c"))
       REQUIRE_FALSE(commit::is_temp_name(e.path().filename().string()));
     auto got = probe.load_latest();
     if (reported == 0 && !got) continue;  // killed before the first save committed

@@ -42,6 +42,7 @@ TEST_CASE("a refusal (exit 78) is not restarted") {
 TEST_CASE("usage errors and programs that cannot execute are refusals too") {
   CHECK(is_refusal_exit_code(2));
   CHECK(is_refusal_exit_code(78));
+  CHECK(is_refusal_exit_code(79));  // every checkpoint damaged: a restart finds the same files
   CHECK(is_refusal_exit_code(126));
   CHECK(is_refusal_exit_code(127));
   CHECK_FALSE(is_refusal_exit_code(1));

@@ -35,7 +35,7 @@ class MemoryStore final : public SnapshotStore {
     ++saves;
     emergencies += emergency ? 1 : 0;
   }
-  std::optional<Snapshot> load_latest() override { return latest; }
+  std::optional<Snapshot> load_latest(const std::string&) override { return latest; }
   std::string describe() const override { return "memory"; }
   std::optional<Snapshot> latest;
   int saves = 0, emergencies = 0;

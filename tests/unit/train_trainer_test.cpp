@@ -45,7 +45,14 @@ TEST_CASE("a crash after a periodic checkpoint resumes to the same weights") {
 
     MemoryStore store;
     TrainConfig first = c;
-    first.steps = 70;  // "crashes" after step 70; the last checkpoint is step 40
+    first.steps = 70;  // the final step is saved too
+    train(first, data(), solo, &store, nullptr);
+    REQUIRE(store.latest);
+    CHECK(store.latest->step == 70);
+    // A crash after step 70 loses steps 41..70: the store holds step 40 only, as if
+    // the run had stopped right after that checkpoint.
+    store.latest.reset();
+    first.steps = 40;
     train(first, data(), solo, &store, nullptr);
     REQUIRE(store.latest);
     CHECK(store.latest->step == 40);
