@@ -10,6 +10,9 @@
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
+#include <algorithm>
+#include <chrono>
+#include <memory>
 #include <cinttypes>
 #include <cstdio>
 #include <ctime>
@@ -79,23 +82,39 @@ std::string shape_text(const std::vector<std::uint64_t>& shape) {
   return s + "]";
 }
 
-// A progress line on stderr, redrawn at most every 1% (long verifications of big files);
-// end_progress() finishes the line whether the file verified or not.
-ck::Progress progress_for(bool enabled, const std::string& label) {
-  if (!enabled) return {};
-  auto last = std::make_shared<int>(-1);
-  return [label, last](std::uint64_t done, std::uint64_t total) {
-    const int pct = total == 0 ? 100 : static_cast<int>(done * 100 / total);
-    if (pct == *last) return;
-    *last = pct;
-    std::fprintf(stderr, "\r%s: %3d%% (%s of %s)", label.c_str(), pct, human_bytes(done).c_str(),
-                 human_bytes(total).c_str());
-  };
-}
+// Progress on stderr for a run over several checkpoints: the file's own percentage, which
+// file of how many, and an ETA for the whole run (from the time so far and the share done:
+// each file counts as one Nth, its bytes read as part of that Nth). Redrawn at most every
+// 1% of a file; finish() ends the line whether the file verified or not.
+class Meter {
+ public:
+  Meter(bool enabled, std::size_t files) : enabled_(enabled), files_(files), start_(std::chrono::steady_clock::now()) {}
 
-void end_progress(bool enabled) {
-  if (enabled) std::fputc('\n', stderr);
-}
+  ck::Progress for_file(std::size_t index, const std::string& label) {
+    if (!enabled_) return {};
+    auto last = std::make_shared<int>(-1);
+    return [this, index, label, last](std::uint64_t done, std::uint64_t total) {
+      const double part = total == 0 ? 1.0 : static_cast<double>(done) / static_cast<double>(total);
+      const int pct = static_cast<int>(part * 100);
+      if (pct == *last) return;
+      *last = pct;
+      const double share = (static_cast<double>(index) + part) / static_cast<double>(std::max<std::size_t>(files_, 1));
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+      std::string eta = "ETA --";
+      if (share > 0.01 && elapsed > 0.5) eta = "ETA " + std::to_string(static_cast<long>(elapsed / share * (1 - share) + 0.5)) + " s";
+      std::fprintf(stderr, "\r[%zu/%zu] %s: %3d%% (%s of %s), all %3d%%, %s   ", index + 1, files_, label.c_str(), pct,
+                   human_bytes(done).c_str(), human_bytes(total).c_str(), static_cast<int>(share * 100), eta.c_str());
+    };
+  }
+  void finish() const {
+    if (enabled_) std::fputc('\n', stderr);
+  }
+
+ private:
+  bool enabled_;
+  std::size_t files_;
+  std::chrono::steady_clock::time_point start_;
+};
 
 std::vector<fs::path> checkpoints_in(const fs::path& target) {
   if (fs::is_directory(target)) return ck::list_checkpoints(target);
@@ -122,7 +141,9 @@ int cmd_ls(const fs::path& dir, bool quick, bool progress, const std::string& ke
   const int ws = static_cast<int>(w_step), wc = 20, wz = 10;
   std::printf("%*s  %-*s  %*s  %6s  %s\n", ws, "STEP", wc, "CREATED", wz, "SIZE", "SHARDS", "STATUS");
   int rc = kOk;
-  for (const fs::path& f : files) {
+  Meter meter(progress && !quick, files.size());
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    const fs::path& f = files[i];
     Row row;
     row.step = std::to_string(ck::step_in_name(f));
     row.status = quick ? "unverified" : "ok";
@@ -132,8 +153,8 @@ int cmd_ls(const fs::path& dir, bool quick, bool progress, const std::string& ke
       row.size = human_bytes(info.bytes);
       row.shards = std::to_string(info.world_size);
       if (!quick) {
-        const ck::Verdict v = ck::verify(f, progress_for(progress, f.filename().string()), key_file);
-        end_progress(progress);
+        const ck::Verdict v = ck::verify(f, meter.for_file(i, f.filename().string()), key_file);
+        meter.finish();
         if (!v.ok) row.status = "DAMAGED: " + v.problem, rc = kDamaged;
       }
     } catch (const std::exception& e) {
@@ -196,10 +217,16 @@ int cmd_verify(const std::vector<std::string>& targets, bool progress, const ck:
                const std::string& key_file) {
   int rc = kOk;
   std::size_t checked = 0;
+  std::vector<fs::path> files;  // all of them first, so that progress knows how many
   for (const std::string& target : targets) {
-    for (const fs::path& f : checkpoints_in(target)) {
-      const ck::Verdict v = ck::verify(f, progress_for(progress, f.filename().string()), key_file);
-      end_progress(progress);
+    const auto found = checkpoints_in(target);
+    files.insert(files.end(), found.begin(), found.end());
+  }
+  Meter meter(progress, files.size());
+  {
+    for (const fs::path& f : files) {
+      const ck::Verdict v = ck::verify(f, meter.for_file(checked, f.filename().string()), key_file);
+      meter.finish();
       ++checked;
       const std::string refused = v.ok && guard != nullptr ? policy_problem(*guard, f) : std::string();
       if (!refused.empty()) {
