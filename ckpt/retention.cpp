@@ -33,9 +33,9 @@ namespace {
 // Whether a checkpoint counts toward the retention rule. After each save only the
 // manifests are checked (every byte outside the data, the shard bindings: cheap); the
 // CLI reads every byte (the same judgement as a resume, without a key).
-bool intact(const fs::path& main, bool full, std::string* why) {
+bool intact(const fs::path& main, bool full, const Progress& progress, std::string* why) {
   if (full) {
-    const Verdict v = verify(main);
+    const Verdict v = verify(main, progress);
     *why = v.problem;
     return v.ok;
   }
@@ -63,12 +63,14 @@ PruneReport prune(const fs::path& dir, const PruneOptions& o) {
   if (mains.empty()) return report;
   std::vector<std::uint64_t> steps, verified;
   std::vector<bool> ok;
-  for (const auto& m : mains) {
+  for (std::size_t i = 0; i < mains.size(); ++i) {
+    const fs::path& m = mains[i];
     std::uint64_t s = 0;
     format::parse_main_file_name(m.filename().string(), &s);
     steps.push_back(s);
     std::string why;
-    ok.push_back(intact(m, o.full_verify, &why));
+    const Progress progress = o.full_verify && o.progress ? o.progress(i, mains.size(), m) : Progress();
+    ok.push_back(intact(m, o.full_verify, progress, &why));
     if (ok.back()) verified.push_back(s);
     else report.damaged.push_back(m.string() + ": " + why);
   }

@@ -248,7 +248,7 @@ int cmd_verify(const std::vector<std::string>& targets, bool progress, const ck:
   return rc;
 }
 
-int cmd_prune(const fs::path& dir, std::uint32_t keep, std::uint64_t keep_every, bool dry_run) {
+int cmd_prune(const fs::path& dir, std::uint32_t keep, std::uint64_t keep_every, bool dry_run, bool progress) {
   if (!fs::is_directory(dir))
     throw saker::Error(saker::explain(dir.string() + " is not a directory", "prune works on a checkpoint directory",
                                       "give the directory passed to the trainer"));
@@ -257,7 +257,14 @@ int cmd_prune(const fs::path& dir, std::uint32_t keep, std::uint64_t keep_every,
   o.keep_every = keep_every;
   o.dry_run = dry_run;
   o.full_verify = true;  // only checkpoints that verify (every byte) count toward --keep
+  std::unique_ptr<Meter> meter;
+  if (progress)
+    o.progress = [&](std::size_t index, std::size_t count, const fs::path& main) {
+      if (!meter) meter = std::make_unique<Meter>(true, count);
+      return meter->for_file(index, main.filename().string());
+    };
   const ck::PruneReport r = ck::prune(dir, o);
+  if (meter) meter->finish();
   for (const std::string& d : r.damaged) std::printf("DAMAGED  %s\n", d.c_str());
   for (const fs::path& f : r.removed) std::printf("%s  %s\n", dry_run ? "would remove" : "removed", f.c_str());
   std::printf("%zu file(s) %s, %zu checkpoint(s) kept\n", r.removed.size(), dry_run ? "would be removed" : "removed",
@@ -277,7 +284,7 @@ int main(int argc, char** argv) {
   bool quick = false, dry_run = false, progress = ::isatty(STDERR_FILENO) != 0;
   po::options_description opts("Options");
   opts.add_options()("help,h", "show this help")("quick", po::bool_switch(&quick), "ls: skip checksum verification")(
-      "progress", "show progress on stderr even when it is not a terminal")(
+      "progress", "verify, ls, prune: show progress on stderr even when it is not a terminal")(
       "keep", po::value(&keep), "prune: checkpoints to keep (newest first, >= 1)")(
       "keep-every", po::value(&keep_every), "prune: also keep steps that are multiples of M")(
       "dry-run", po::bool_switch(&dry_run), "prune: show what would be removed, remove nothing")(
@@ -323,7 +330,7 @@ int main(int argc, char** argv) {
       if (!policy_file.empty()) guard = ck::PolicyGuard::from_file(policy_file);
       return cmd_verify(targets, progress, guard.get(), key_file);
     }
-    return cmd_prune(targets[0], keep, keep_every, dry_run);
+    return cmd_prune(targets[0], keep, keep_every, dry_run, progress);
   } catch (const std::exception& e) {
     std::cerr << "saker-ckpt " << command << ": " << e.what() << "\n";
     return kFailed;

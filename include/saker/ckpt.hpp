@@ -316,6 +316,9 @@ struct PruneOptions {
   std::uint64_t keep_every = 0;  // also keep verified steps that are multiples of M
   bool dry_run = false;          // report what would be removed, remove nothing
   bool full_verify = false;      // read every byte (else: manifests and metadata only)
+  // With full_verify: called before each checkpoint is read (index of count), returns the
+  // Progress that file's verification reports to (empty: none). For progress lines.
+  std::function<Progress(std::size_t index, std::size_t count, const std::filesystem::path& main)> progress;
 };
 struct PruneReport {
   std::vector<std::filesystem::path> removed;  // or would be, with dry_run
