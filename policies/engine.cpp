@@ -125,6 +125,24 @@ const char* to_string(DecisionKind kind) {
   return "?";
 }
 
+// Whether a constraint expression already requires feature f on every node: f is one of
+// its AND-ed names, exactly (a substring test took "lustre-ae2" for "lustre-ae", and the
+// replica feature was never added). Any OR, matching-OR bracket or count makes the answer
+// "no": adding f once more is harmless, leaving it out is not.
+bool requires_feature(std::string_view expression, std::string_view f) {
+  if (expression.find_first_of("|[]*") != std::string_view::npos) return false;
+  std::size_t start = 0;
+  while (start <= expression.size()) {
+    const std::size_t end = std::min(expression.find_first_of("&,", start), expression.size());
+    std::string_view name = expression.substr(start, end - start);
+    while (!name.empty() && (name.front() == '(' || name.front() == ' ')) name.remove_prefix(1);
+    while (!name.empty() && (name.back() == ')' || name.back() == ' ')) name.remove_suffix(1);
+    if (name == f) return true;
+    start = end + 1;
+  }
+  return false;
+}
+
 std::string Decision::features_after(const std::string& requested) const {
   if (added_features.empty()) return requested;
   const std::string added = join(added_features, "&");
@@ -300,13 +318,12 @@ Decision Policy::evaluate(const JobRequest& q) const {
       zone = (zone == -1 || zone == z) ? z : -2;
     }
     if (zone >= 0) {
-      const std::vector<std::string> have = split_commas(q.features);
       for (const auto& k : known)
         for (int s : k.dataset->replicas) {
           const Storage& st = p.storage[s];
           if (st.zone != zone || st.features.empty()) continue;
           const std::string& f = st.features.front();
-          if (q.features.find(f) == std::string::npos &&
+          if (!requires_feature(q.features, f) &&
               std::find(out.added_features.begin(), out.added_features.end(), f) == out.added_features.end()) {
             if (p.locality == LocalityMode::enforce) {
               out.added_features.push_back(f);

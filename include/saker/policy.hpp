@@ -94,6 +94,10 @@ struct Summary {
   std::size_t zones = 0, partitions = 0, node_sets = 0, storage = 0, datasets = 0, grants = 0, gpu_limits = 0;
 };
 
+// Whether Slurm constraint `expression` already requires feature `f` on every node (f is
+// one of its AND-ed names, exactly). Used by locality: otherwise the replica's feature is added.
+bool requires_feature(std::string_view expression, std::string_view f);
+
 // What the loader accepts before it parses anything: a hostile or broken file is
 // refused in milliseconds (file:line:column), never after libyaml has gone quadratic.
 struct LoadLimits {

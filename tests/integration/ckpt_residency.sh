@@ -77,6 +77,12 @@ assert_rc 0 "saker-ckpt shows the last checkpoint" -- "$saker_ckpt" show "$ae_di
 assert_contains "$IT_OUT" "patients@v3" "the checkpoint records the lineage"
 assert_contains "$IT_OUT" "aes-256-gcm" "the checkpoint is encrypted"
 assert_rc 0 "saker-ckpt verify passes" -- "$saker_ckpt" verify "$ae_dir"
+n_ckpts=$(ls "$ae_dir"/ckpt-*.h5 | grep -vc -- '-r[0-9]')
+assert_rc 0 "saker-ckpt verify --progress passes" -- "$saker_ckpt" verify --progress "$ae_dir"
+assert_contains "$IT_OUT" "[$n_ckpts/$n_ckpts]" "verify --progress counts the checkpoints (which of how many)"
+assert_contains "$IT_OUT" "ETA" "verify --progress gives an ETA for the whole run"
+assert_rc 0 "saker-ckpt prune --dry-run --progress passes" -- "$saker_ckpt" prune --keep 1 --dry-run --progress "$ae_dir"
+assert_contains "$IT_OUT" "[1/$n_ckpts]" "prune --progress counts the checkpoints it verifies"
 assert_rc 0 "saker-ckpt verify --policy passes in the AE zone" -- "$saker_ckpt" verify --policy "$policy" "$ae_dir"
 # A checkpoint copied by hand onto the EU storage is caught by verify --policy.
 mkdir -p "$site/lustre/eu/copy"

@@ -60,6 +60,23 @@ TEST_CASE("allow: public data anywhere, and jobs without datasets", "[policy][en
   CHECK(d.added_features == std::vector<std::string>{"lustre-ae"});
 }
 
+TEST_CASE("locality: a requested feature counts only by its exact name", "[policy][engine]") {
+  const auto p = site();
+  // "lustre-ae2" contains "lustre-ae": the replica's feature must still be added.
+  for (const std::string f : {"lustre-ae2", "xlustre-ae", "lustre-ae|fast", "[lustre-ae|fast]", "lustre-ae*2"}) {
+    auto q = job("patients@v3", "gpu-ae");
+    q.features = f;
+    INFO(f);
+    CHECK(p->evaluate(q).added_features == std::vector<std::string>{"lustre-ae"});
+  }
+  for (const std::string f : {"lustre-ae", "fast&lustre-ae", "(lustre-ae)&fast", "fast,lustre-ae"}) {
+    auto q = job("patients@v3", "gpu-ae");
+    q.features = f;
+    INFO(f);
+    CHECK(p->evaluate(q).added_features.empty());
+  }
+}
+
 TEST_CASE("deny: an explicit partition outside the dataset's zones names where it would run", "[policy][engine]") {
   const auto d = site()->evaluate(job("patients@v3", "gpu-eu"));
   CHECK(d.kind == DecisionKind::deny);
