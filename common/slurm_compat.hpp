@@ -27,7 +27,7 @@ inline std::string last_error_text() { return slurm_strerror(errno); }
 inline int last_error() { return errno; }
 
 // 26.05 names a job by slurm_step_id_t (job id and sluid) in slurm_load_job(),
-// slurm_requeue() and job_desc_msg_t.
+// slurm_kill_job(), slurm_requeue() and job_desc_msg_t.
 #if SLURM_VERSION_NUMBER >= SLURM_VERSION_NUM(26, 5, 0)
 inline slurm_step_id_t step_id_of(std::uint32_t job_id) {
   slurm_step_id_t id = SLURM_STEP_ID_INITIALIZER;
@@ -38,6 +38,9 @@ inline int load_job(job_info_msg_t** out, std::uint32_t job_id, std::uint16_t fl
   return slurm_load_job(out, step_id_of(job_id), flags);
 }
 inline int requeue(std::uint32_t job_id, std::uint32_t flags) { return slurm_requeue(step_id_of(job_id), flags); }
+inline int kill_job(std::uint32_t job_id, std::uint16_t signal, std::uint16_t flags) {
+  return slurm_kill_job(step_id_of(job_id), signal, flags);
+}
 // The job id of a job_desc_msg_t or slurm_job_info_t.
 template <class Record>
 auto& job_id_field(Record& r) {
@@ -48,6 +51,9 @@ inline int load_job(job_info_msg_t** out, std::uint32_t job_id, std::uint16_t fl
   return slurm_load_job(out, job_id, flags);
 }
 inline int requeue(std::uint32_t job_id, std::uint32_t flags) { return slurm_requeue(job_id, flags); }
+inline int kill_job(std::uint32_t job_id, std::uint16_t signal, std::uint16_t flags) {
+  return slurm_kill_job(job_id, signal, flags);
+}
 template <class Record>
 auto& job_id_field(Record& r) {
   return r.job_id;

@@ -16,6 +16,7 @@
 #include "common/error.hpp"
 
 #include "common/log.hpp"
+#include "common/slurm_compat.hpp"
 #include "launcher/run/node_loss.hpp"
 #include "launcher/run/supervisor.hpp"
 
@@ -141,9 +142,9 @@ class SrunStep final : public Step {
     if (sig == SIGTERM || sig == SIGINT) {
       const char* job = std::getenv("SLURM_JOB_ID");
       const unsigned long id = job != nullptr ? std::strtoul(job, nullptr, 10) : 0;
-      if (id != 0 && slurm_kill_job(static_cast<uint32_t>(id), static_cast<uint16_t>(sig), 0) == SLURM_SUCCESS) return;
+      if (id != 0 && slurm_compat::kill_job(static_cast<uint32_t>(id), static_cast<uint16_t>(sig), 0) == SLURM_SUCCESS) return;
       log::warn(std::string("saker-run: cannot signal the ranks of job ") + (job != nullptr ? job : "?") +
-                " through slurmctld (" + slurm_strerror(slurm_get_errno()) + "); signalling srun instead");
+                " through slurmctld (" + slurm_compat::last_error_text() + "); signalling srun instead");
     }
     ::kill(pid_, sig);
   }
