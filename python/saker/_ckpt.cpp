@@ -119,7 +119,7 @@ class PyCheckpointer {
     d["resharded"] = r->resharded;
     d["rejected"] = r->rejected;
     d["tensors"] = tensors;
-    return std::move(d);
+    return d;
   }
 
   py::object wait() {

@@ -30,6 +30,15 @@ for t in saker-policy saker-ckpt saker-topo saker-run saker-train; do
   check "$t installed" test -x "$(D "$bindir")/$t"
 done
 check "man pages installed" test -f "$(D "$mandir")/man8/spank_saker.8"
+# The installed pages name this build's install paths, not the default prefix's.
+check "job_submit_saker(8) names the configured examples dir ($docdir/examples)" \
+  grep -qF "$docdir/examples" "$(D "$mandir")/man8/job_submit_saker.8"
+check "saker-run(1) names the configured template dir ($pkgdatadir)" \
+  grep -qF "$pkgdatadir/train-" "$(D "$mandir")/man1/saker-run.1"
+if [[ $prefix != /usr/local ]]; then
+  check "no installed man page names /usr/local/share (prefix is $prefix)" \
+    bash -c '! grep -rlF /usr/local/share "$1"' _ "$(D "$mandir")"
+fi
 check "headers not under \$(includedir)/include" test ! -e "$(D "$includedir")/include"
 headers=(policy.hpp ckpt.hpp comm.hpp comm.h error.hpp dataset_ref.hpp)
 for h in "${headers[@]}"; do check "<saker/$h> installed" test -f "$(D "$includedir")/saker/$h"; done
@@ -61,7 +70,8 @@ int main() {
   return 1;
 }
 CPP
-if g++ -std=c++20 $cflags "$work/consumer.cpp" -o "$work/consumer" $libs 2>"$work/err"; then
+# A library built with sanitizers (scripts/check's build-asan/) needs its consumer built so too.
+if g++ -std=c++20 $sanitizer_flags $cflags "$work/consumer.cpp" -o "$work/consumer" $libs 2>"$work/err"; then
   ok "a consumer links with pkg-config alone"
   check "the consumer runs against the installed library" env LD_LIBRARY_PATH="$(D "$libdir")" "$work/consumer"
 else
