@@ -38,6 +38,12 @@ std::string xml(const std::string& s) {
 
 }  // namespace
 
+std::vector<TrialState> states_of(const std::vector<Row>& rows) {
+  std::vector<TrialState> out;
+  for (const Row& r : rows) out.push_back(r.state);
+  return out;
+}
+
 std::vector<std::size_t> ranking(const Spec& spec, const std::vector<TrialState>& states) {
   std::vector<std::size_t> order;
   for (const TrialState& s : states) order.push_back(s.id);
@@ -57,9 +63,7 @@ std::optional<std::size_t> best_trial(const Spec& spec, const std::vector<TrialS
 }
 
 std::string table(const Spec& spec, const std::vector<Row>& rows, const std::vector<std::size_t>& order) {
-  std::vector<TrialState> states;
-  for (const Row& r : rows) states.push_back(r.state);
-  const auto best = best_trial(spec, states);
+  const auto best = best_trial(spec, states_of(rows));
   std::vector<std::vector<std::string>> cells;
   std::vector<std::string> head = {"trial"};
   for (const Param& p : spec.space) head.push_back(p.name);
@@ -113,9 +117,7 @@ std::string svg_plot(const Spec& spec, const std::vector<Row>& rows, const std::
   ymax += pad;
   const auto X = [&](double step) { return left + pw * step / xmax; };
   const auto Y = [&](double v) { return top + ph * (1 - (v - ymin) / (ymax - ymin)); };
-  std::vector<TrialState> states;
-  for (const Row& r : rows) states.push_back(r.state);
-  const auto best = best_trial(spec, states);
+  const auto best = best_trial(spec, states_of(rows));
 
   std::string s = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + number(W) + "\" height=\"" + number(H) +
                   "\" viewBox=\"0 0 " + number(W) + " " + number(H) + "\" font-family=\"sans-serif\" font-size=\"12\">\n";

@@ -20,6 +20,8 @@ struct Row {
   std::string checkpoint;  // newest checkpoint of the lineage ("-": none)
 };
 
+std::vector<TrialState> states_of(const std::vector<Row>& rows);
+
 // The best trial: the best metric among the trials judged at the deepest rung any trial
 // reached (a trial stopped early never beats one that ran further); ties: the lower id.
 std::optional<std::size_t> best_trial(const Spec& spec, const std::vector<TrialState>& states);

@@ -3,6 +3,7 @@
 // this is the command-line shell. See saker-sweep(1) and saker-sweep.yaml(5).
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <filesystem>
 #include <fstream>
@@ -131,17 +132,22 @@ std::string live_array(const Spec& spec) {
   return q.status == 0 && !trim(q.out).empty() ? last : "";
 }
 
-int submit(const std::vector<std::string>& args) {
-  bool dry_run = false;
-  std::string file;
-  po::options_description o("submit options");
-  o.add_options()("dry-run", po::bool_switch(&dry_run), "print the sbatch command instead of running it")(
-      "sweep", po::value(&file)->required(), "sweep file");
+// Parses a subcommand's options; the one positional argument (the sweep) goes to `sweep`.
+void parse(const std::vector<std::string>& args, po::options_description& o, std::string& sweep) {
+  o.add_options()("sweep", po::value(&sweep)->required(), "sweep file or directory");
   po::positional_options_description pos;
   pos.add("sweep", 1);
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(o).positional(pos).run(), vm);
   po::notify(vm);
+}
+
+int submit(const std::vector<std::string>& args) {
+  bool dry_run = false;
+  std::string file;
+  po::options_description o("submit options");
+  o.add_options()("dry-run", po::bool_switch(&dry_run), "print the sbatch command instead of running it");
+  parse(args, o, file);
   if (fs::is_directory(file)) file = (fs::path(file) / "sweep.yaml").string();
   const Spec spec = load(file);
   if (const std::string job = live_array(spec); !job.empty())
@@ -235,17 +241,11 @@ int best(const std::vector<std::string>& args) {
   bool command_only = false;
   std::string file;
   po::options_description o("best options");
-  o.add_options()("command", po::bool_switch(&command_only), "print only the command that reproduces it")(
-      "sweep", po::value(&file)->required(), "sweep file");
-  po::positional_options_description pos;
-  pos.add("sweep", 1);
-  po::variables_map vm;
-  po::store(po::command_line_parser(args).options(o).positional(pos).run(), vm);
-  po::notify(vm);
+  o.add_options()("command", po::bool_switch(&command_only), "print only the command that reproduces it");
+  parse(args, o, file);
   const Spec spec = load(file);
   const auto rs = rows(spec);
-  std::vector<TrialState> states;
-  for (const Row& r : rs) states.push_back(r.state);
+  const auto states = states_of(rs);
   const auto b = best_trial(spec, states);
   if (!b) throw Exit{kFailed, "saker-sweep: no trial of sweep " + spec.name + " has a result yet (saker-sweep status " + file + ")"};
   const Row& r = rs[*b];
@@ -276,17 +276,11 @@ int report(const std::vector<std::string>& args) {
   std::string file, svg, metric;
   po::options_description o("report options");
   o.add_options()("svg", po::value(&svg), "where to write the plot (default DIR/report.svg)")(
-      "metric", po::value(&metric), "the metric to plot (default: the sweep's)")(
-      "sweep", po::value(&file)->required(), "sweep file");
-  po::positional_options_description pos;
-  pos.add("sweep", 1);
-  po::variables_map vm;
-  po::store(po::command_line_parser(args).options(o).positional(pos).run(), vm);
-  po::notify(vm);
+      "metric", po::value(&metric), "the metric to plot (default: the sweep's)");
+  parse(args, o, file);
   const Spec spec = load(file);
   const auto rs = rows(spec);
-  std::vector<TrialState> states;
-  for (const Row& r : rs) states.push_back(r.state);
+  const auto states = states_of(rs);
   std::cout << table(spec, rs, ranking(spec, states)) << summary(rs) << "\n";
   if (svg.empty()) svg = (spec.dir / "report.svg").string();
   Store(fs::path(svg).parent_path().empty() ? fs::path(".") : fs::path(svg).parent_path())
@@ -296,7 +290,8 @@ int report(const std::vector<std::string>& args) {
 }
 
 int dispatch(const std::vector<std::string>& args) {
-  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+  const bool help = std::any_of(args.begin(), args.end(), [](const std::string& a) { return a == "--help" || a == "-h"; });
+  if (args.empty() || help || args[0] == "help") {
     std::cout << kUsageText;
     return args.empty() ? kUsage : kOk;
   }
