@@ -111,12 +111,17 @@ std::string svg_plot(const Spec& spec, const std::vector<Row>& rows, const std::
     }
   }
   if (!std::isfinite(ymin)) ymin = 0, ymax = 1;
+  // Curves that span a decade or more (losses early on) read better on a log axis.
+  const bool log_axis = ymin > 0 && ymax / ymin >= 10;
+  const auto T = [&](double v) { return log_axis ? std::log10(v) : v; };
+  ymin = T(ymin);
+  ymax = T(ymax);
   if (ymax - ymin < 1e-12) ymin -= 0.5, ymax += 0.5;
   const double pad = (ymax - ymin) * 0.05;
-  ymin = ymin >= 0 && ymin - pad < 0 ? 0 : ymin - pad;  // losses and accuracies: keep the axis at 0
   ymax += pad;
+  ymin = !log_axis && ymin >= 0 && ymin - pad < 0 ? 0 : ymin - pad;  // a linear axis of losses starts at 0
   const auto X = [&](double step) { return left + pw * step / xmax; };
-  const auto Y = [&](double v) { return top + ph * (1 - (v - ymin) / (ymax - ymin)); };
+  const auto Y = [&](double v) { return top + ph * (1 - (T(v) - ymin) / (ymax - ymin)); };  // v untransformed
   const auto best = best_trial(spec, states_of(rows));
 
   std::string s = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + number(W) + "\" height=\"" + number(H) +
@@ -129,7 +134,7 @@ std::string svg_plot(const Spec& spec, const std::vector<Row>& rows, const std::
   s += "<g stroke=\"#999\" fill=\"none\"><rect x=\"" + number(left) + "\" y=\"" + number(top) + "\" width=\"" +
        number(pw) + "\" height=\"" + number(ph) + "\"/></g>\n<g font-size=\"11\" fill=\"#333\">\n";
   for (int i = 0; i <= 5; ++i) {
-    const double step = xmax * i / 5, v = ymin + (ymax - ymin) * i / 5;
+    const double step = xmax * i / 5, t = ymin + (ymax - ymin) * i / 5, v = log_axis ? std::pow(10.0, t) : t;
     s += "<line x1=\"" + number(X(step)) + "\" y1=\"" + number(top) + "\" x2=\"" + number(X(step)) + "\" y2=\"" +
          number(top + ph) + "\" stroke=\"#eee\"/>";
     s += "<text x=\"" + number(X(step)) + "\" y=\"" + number(top + ph + 16) + "\" text-anchor=\"middle\">" +
@@ -141,7 +146,7 @@ std::string svg_plot(const Spec& spec, const std::vector<Row>& rows, const std::
   }
   s += "<text x=\"" + number(left + pw / 2) + "\" y=\"" + number(H - 18) + "\" text-anchor=\"middle\">step</text>\n";
   s += "<text x=\"18\" y=\"" + number(top + ph / 2) + "\" transform=\"rotate(-90 18 " + number(top + ph / 2) +
-       ")\" text-anchor=\"middle\">" + xml(metric) + "</text>\n</g>\n";
+       ")\" text-anchor=\"middle\">" + xml(metric + (log_axis ? " (log scale)" : "")) + "</text>\n</g>\n";
   // One line per trial; the legend beside the plot.
   std::size_t shown = 0;
   for (const Row& r : rows) {
