@@ -105,6 +105,14 @@ void fail(const Store& store, std::size_t trial, const std::string& why, std::os
 int run_worker(const Spec& spec, const Store& store, const WorkerOptions& o, std::ostream& out) {
   const auto trials = make_trials(spec);
   const auto rungs = spec.rungs();
+  // A signal that reached this worker (and its command) means stop: no new segment starts.
+  // The trial it holds stays its own, to resume when the job runs again (or is submitted).
+  const auto stopping = [&](std::size_t trial) {
+    if (forwarded_signal() == 0) return false;
+    out << "saker-sweep: signal " << forwarded_signal() << " received: not starting more work (trial " << trial
+        << " resumes from its checkpoint when its job runs again)\n";
+    return true;
+  };
   while (const auto w = claim(spec, store, o)) {
     const Trial& trial = trials[w->trial];
     std::filesystem::create_directories(store.trial_dir(trial.id));
@@ -112,6 +120,7 @@ int run_worker(const Spec& spec, const Store& store, const WorkerOptions& o, std
     out << "saker-sweep: trial " << trial.id << " (" << describe(trial) << ") " << w->how << " at rung " << w->rung
         << "; lineage " << spec.lineage(trial.id).string() << "\n";
     for (std::size_t rung = w->rung;; ++rung) {
+      if (stopping(trial.id)) return kWorkerPreempted;
       const Command cmd = trial_command(spec, store, trial, rungs[rung]);
       out << "saker-sweep: trial " << trial.id << " rung " << rung << ": " << rungs[rung] << " steps: "
           << CommandTemplate::shell_line(cmd.argv) << "\n";

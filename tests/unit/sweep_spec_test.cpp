@@ -3,6 +3,7 @@
 // each refused with FILE:LINE:COLUMN and what was expected.
 #include <catch2/catch.hpp>
 
+#include <sstream>
 #include <string>
 
 #include "sweep/spec.hpp"
@@ -221,6 +222,35 @@ TEST_CASE("bad sweep files: metric, budget, early stopping and slurm", "[sweep][
                "bad datasets");
   expect_error(with("  datasets: [imagenet@2012, telemetry]", "  datasets: [\"bad name\"]"), 23, 13, "bad datasets");
   expect_error(with("  datasets: [imagenet@2012, telemetry]", "  datasets: []"), 23, 13, "datasets is an empty list");
+}
+
+TEST_CASE("bad sweep files: every required key missing, every section of the wrong kind", "[sweep][spec]") {
+  // Drop one required top-level key (and its block) at a time.
+  for (const char* key : {"version", "name", "command", "space", "metric", "budget"}) {
+    std::string text, line;
+    std::istringstream in(kGood);
+    bool dropping = false;
+    while (std::getline(in, line)) {
+      if (line.rfind(std::string(key) + ":", 0) == 0) dropping = true;
+      else if (!line.empty() && line[0] != ' ') dropping = false;
+      if (!dropping) text += line + "\n";
+    }
+    expect_error(text, 1, 1, std::string("the sweep has no '") + key + "'");
+  }
+  expect_error(with("budget:\n  steps: 200", "budget: {}"), 14, 9, "budget has no 'steps'");
+  expect_error(with("metric:\n  name: eval_loss\n  goal: minimize", "metric: {goal: minimize}"), 11, 9,
+               "metric has no 'name'");
+  expect_error(with("name: lr-width\n", "name: lr-width\ndir: [a]\n"), 3, 6, "dir is a list");
+  expect_error(with("name: lr-width\n", "name: lr-width\ncheckpoints: {a: 1}\n"), 3, 14, "checkpoints is a mapping");
+  expect_error(with("search:\n  seed: 42\n  samples: 6", "search: random"), 8, 9, "search is a scalar");
+  expect_error(with("early_stopping:\n  rule: asha\n  min_steps: 25\n  reduction: 2", "early_stopping: [asha]"), 16, 17, "early_stopping is a list");
+  expect_error(with("slurm:\n  concurrency: 4\n  options: [-p, all, --time=10:00]\n  datasets: [imagenet@2012, telemetry]",
+                    "slurm: 4"), 20, 8, "slurm is a scalar");
+  expect_error(with("  goal: minimize", "  goal: [minimize]"), 13, 9, "metric goal is a list");
+  expect_error(with("  rule: asha", "  rule: {asha: 1}"), 17, 9, "early_stopping rule is a mapping");
+  expect_error(with("  options: [-p, all, --time=10:00]", "  options: [[-p]]"), 22, 13, "sbatch option is a list");
+  expect_error(with("  datasets: [imagenet@2012, telemetry]", "  datasets: [{a: 1}]"), 23, 14, "dataset is a mapping");
+  expect_error(with("command: saker-run --ckpt-dir {ckpt_dir} -- saker-train --lr {lr} --layers {width},{width} --steps {budget} --opt {opt}", "command:\n  - [saker-run]"), 4, 5, "command word is a list");
 }
 
 TEST_CASE("limits come from the policy loader's LoadLimits", "[sweep][spec]") {
