@@ -24,14 +24,15 @@ write_sweep lr-width 12 "" "slurm: {concurrency: 4, options: [-p, all, -n, '1']}
 assert_rc 0 "saker-sweep submit" -- "$SWEEP_BIN" submit lr-width.yaml
 assert_contains "$IT_OUT" "12 of 12 trials (0-11), at most 4 at a time" "one array of every trial, %4"
 array=$(array_of lr-width)
-assert_eq "0-11%4" "$(scontrol show job "$array" 2>/dev/null | tr ' ' '\n' | sed -n 's/^ArrayTaskId=//p' | head -n1)" \
-  "Slurm holds the sweep as one array with its concurrency limit"
+assert_eq "ArrayTaskThrottle=4" "$(scontrol show job "$array" 2>/dev/null | grep -o 'ArrayTaskThrottle=[0-9]*' | head -n1)" \
+  "Slurm holds the sweep as an array with its concurrency limit"
 wait_array "$array" 150
 dir=lr-width.sweep
 for t in $(seq 0 11); do
   [[ $(trial_state $dir "$t") == completed ]] || it_fail "trial $t is $(trial_state $dir "$t"), not completed"
 done
 assert_eq 12 "$(grep -l '^state=completed' $dir/trials/*/state | wc -l)" "all 12 trials completed"
+assert_eq 12 "$(ls $dir/slurm/ | grep -c "^${array}_[0-9]*\.out$")" "the 12 trials ran as the 12 tasks of that one array"
 assert_eq 12 "$(ls -d $dir/ckpt/lr-width/trial-* | wc -l)" "12 lineages, one per trial, named by sweep and trial id"
 mixed=0
 for t in $(seq 0 11); do
