@@ -26,7 +26,7 @@ struct TrialState {
   std::size_t rung = 0;    // running: the rung being run; otherwise the last one judged
   std::string owner;       // running: the worker, "ARRAYJOB_TASK" (stable across requeues)
   std::map<std::size_t, std::pair<std::uint64_t, double>> results;  // rung -> (step, metric)
-  std::uint32_t runs = 0;  // how many times a segment was started (requeues and resumes count)
+  std::uint32_t runs = 0;  // how many times a worker took it on: start, resume, promotion
   std::string reason;      // stopped/failed/completed: why, in words
   bool finished() const { return state == State::stopped || state == State::completed; }
 };

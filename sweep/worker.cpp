@@ -140,10 +140,13 @@ int run_worker(const Spec& spec, const Store& store, const WorkerOptions& o, std
       }
       const Metrics m = read_metrics(store.metrics_path(trial.id));
       const auto series = m.series.find(spec.metric);
-      const auto v = series == m.series.end() ? std::nullopt : value_at(series->second, rungs[rung]);
+      auto v = series == m.series.end() ? std::nullopt : value_at(series->second, rungs[rung]);
+      // The rung's result must come from this rung's steps, not from the one before.
+      if (v && rung > 0 && v->first <= rungs[rung - 1]) v.reset();
       if (!v) {
         fail(store, trial.id, "the command exited 0 but " + store.metrics_path(trial.id).string() + " has no " +
-                                  spec.metric + " at or before step " + std::to_string(rungs[rung]) +
+                                  spec.metric + " after step " + (rung > 0 ? std::to_string(rungs[rung - 1]) : "0") +
+                                  " and at or before step " + std::to_string(rungs[rung]) +
                                   " (the program must append 'step=N " + spec.metric + "=VALUE' lines to $SAKER_METRICS_FILE)",
              out);
         return kWorkerFailed;

@@ -99,7 +99,15 @@ TEST_CASE("a command that reports no metric fails with what it should write", "[
   const Store store(s.dir);
   std::ostringstream out;
   CHECK(run_worker(s, store, {"1_0", 0, run_logged}, out) == kWorkerFailed);
-  CHECK(store.load(0).reason.find("has no loss at or before step 10") != std::string::npos);
+  CHECK(store.load(0).reason.find("has no loss after step 0 and at or before step 10") != std::string::npos);
+  // A promoted segment that reports nothing new: the previous rung's report does not count.
+  const Spec stale = load_string("version: 1\nname: s\ncommand: [/bin/sh, -c, 'test {budget} = 100 || echo step=25 loss={q} >> {metrics}']\n"
+                                 "space: {q: {grid: [1, 2, 3, 4]}}\nmetric: {name: loss}\nbudget: {steps: 100}\n"
+                                 "early_stopping: {rule: asha, min_steps: 25, reduction: 4}\n", "s.yaml", dir.path());
+  for (std::size_t t = 0; t < 3; ++t) CHECK(run_worker(stale, Store(stale.dir), {"2_" + std::to_string(t), t, run_logged}, out) == 0);
+  CHECK(run_worker(stale, Store(stale.dir), {"2_3", 3, run_logged}, out) == kWorkerFailed);
+  CHECK(Store(stale.dir).load(0).state == State::failed);  // trial 0 (loss 1) was promoted
+  CHECK(Store(stale.dir).load(0).reason.find("has no loss after step 25 and at or before step 100") != std::string::npos);
   // A program that cannot start: 127, recorded.
   const Spec missing = load_string("version: 1\nname: x\ncommand: /nonexistent/prog {q} {budget}\nspace: {q: {grid: [1]}}\n"
                                    "metric: {name: loss}\nbudget: {steps: 10}\n", "x.yaml", dir.path());
