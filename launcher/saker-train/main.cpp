@@ -120,6 +120,9 @@ int run_training(const std::vector<std::string>& args) {
        "sees a CUDA device, else saker's host ring), gpu (NCCL or fail), cpu (host ring) "
        "(default: $SAKER_TRAIN_DEVICE, else auto)")
       ("log-every", po::value<std::uint64_t>(&cfg.log_every)->default_value(25), "progress line every N steps")
+      ("metrics-file", po::value<std::string>(&cfg.metrics_file)->default_value(env_or("SAKER_METRICS_FILE", ""), ""),
+       "append 'step=S loss=.. accuracy=.. eval_loss=.. eval_accuracy=..' lines here at every progress line "
+       "(default: $SAKER_METRICS_FILE; none: no file)")
       ("step-sleep-ms", po::value<int>(&cfg.step_sleep_ms)->default_value(0), "sleep after each step (demos, fault tests)")
       ("lineage", po::value<std::string>(&lineage), "datasets trained on, name@version,... "
                                                     "(default: the job's --dataset, $SLURM_SPANK_SAKER_DATASETS)");

@@ -10,6 +10,7 @@
 #include "common/error.hpp"
 #include "common/hash.hpp"
 #include "launcher/train/loader.hpp"
+#include "launcher/train/metrics_file.hpp"
 #include "launcher/train/mlp.hpp"
 #include "launcher/run/heartbeat.hpp"
 #include "launcher/train/progress.hpp"
@@ -131,6 +132,8 @@ TrainResult train(const TrainConfig& cfg, const Dataset& data, Reducer& reducer,
   Progress progress(cfg.steps, static_cast<std::uint64_t>(cfg.batch), step);
   run::HeartbeatWriter heartbeat(rank);  // saker-run's hang detection: one beat per step
   bool first_after_resume = result.resumed_from > 0;
+  std::optional<MetricsFile> metrics;
+  if (leader && !cfg.metrics_file.empty()) metrics.emplace(cfg.metrics_file);
   while (step < cfg.steps) {
     const std::vector<std::uint32_t> rows = loader.next();
     xs.resize(rows.size() * data.features);
@@ -160,6 +163,14 @@ TrainResult train(const TrainConfig& cfg, const Dataset& data, Reducer& reducer,
       }
       if (step % cfg.log_every == 0 || step == cfg.steps) {
         std::printf("%s\n", progress.line(step, buffer[n] * inv_batch, buffer[n + 1] * inv_batch).c_str());
+        if (metrics) {
+          // The whole dataset too: one batch's loss is too noisy to compare trials by.
+          const BatchStats all = model.evaluate(data.x.data(), data.y.data(), data.rows);
+          metrics->append(step, {{"loss", buffer[n] * inv_batch},
+                                 {"accuracy", buffer[n + 1] * inv_batch},
+                                 {"eval_loss", all.loss_sum / all.rows},
+                                 {"eval_accuracy", static_cast<double>(all.correct) / all.rows}});
+        }
       }
       std::fflush(stdout);
     }

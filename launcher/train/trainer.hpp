@@ -77,6 +77,9 @@ struct TrainConfig {
   std::uint64_t log_every = 25;
   int step_sleep_ms = 0;          // slows steps down (demos and fault-injection tests)
   std::string preempt_marker;     // touched by rank 0 after an emergency checkpoint
+  // Rank 0 appends "step=S loss=.. accuracy=.. eval_loss=.. eval_accuracy=.." here at every
+  // progress line and at the last step (the eval_ values over the whole dataset); "": none.
+  std::string metrics_file;
   // Who sums the gradients when that changes the summation order: "" for saker's host
   // ring, "nccl" for NCCL on the GPU. Part of the record, so a GPU run's checkpoint is
   // not resumed on the host ring (or back) as if it were the same run.
