@@ -37,8 +37,16 @@ std::string preempt_marker_path(const RunOptions& o) {
   return dir + "/.saker-preempted-" + env_or("SLURM_JOB_ID", "local") + "-" + std::to_string(::getpid());
 }
 
+// The id scontrol requeues exactly this job by. One task of every job array has a job id
+// equal to the array's id, and `scontrol requeue ARRAY_ID` requeues every task of the
+// array; ARRAY_ID_TASK names the task alone.
+std::string requeue_target(const std::string& job_id) {
+  const std::string array = env_or("SLURM_ARRAY_JOB_ID", ""), task = env_or("SLURM_ARRAY_TASK_ID", "");
+  return !array.empty() && !task.empty() ? array + "_" + task : job_id;
+}
+
 bool requeue_job(const std::string& job_id) {
-  const std::string cmd = "scontrol requeue " + job_id;
+  const std::string cmd = "scontrol requeue " + requeue_target(job_id);
   const int rc = std::system(cmd.c_str());
   if (rc != 0) {
     log::error("saker-run: `" + cmd + "` failed (" + describe_wait_status(rc) +

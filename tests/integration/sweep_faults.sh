@@ -27,9 +27,14 @@ wait_for_line 60 "$dir/trials/1/metrics" "^step=75 "
 pid=$(rank_pid "$(task_job "$array" 1)" 0)
 assert_rc 0 "trial 1's rank runs (pid ${pid:-none})" -- test -n "$pid"
 kill -KILL "$pid"
-wait_for_line 60 "$dir/trials/2/metrics" "^step=100 "
-job2=$(task_job "$array" 2)
-assert_rc 0 "USR1 to trial 2's batch shell (job $job2)" -- scancel --signal=USR1 -b "$job2"
+# Preempt the task whose job id is the array's own id where it is not trial 1's: for that
+# id `scontrol requeue ID` means the whole array (saker-run must name ARRAY_TASK).
+pre=2
+for t in 0 2 3; do [[ $(task_job "$array" $t) == "$array" ]] && pre=$t; done
+it_log "preempting trial $pre (job $(task_job "$array" $pre), array $array)"
+wait_for_line 60 "$dir/trials/$pre/metrics" "^step=100 "
+jobp=$(task_job "$array" $pre)
+assert_rc 0 "USR1 to trial $pre's batch shell (job $jobp)" -- scancel --signal=USR1 -b "$jobp"
 wait_array "$array" 150
 for t in 0 1 2 3; do
   assert_eq completed "$(trial_state $dir $t)" "trial $t completed"
@@ -40,13 +45,17 @@ log1=$(cat $dir/trials/1/log)
 assert_contains "$log1" "restart: attempt 1 failed" "saker-run restarted trial 1's killed rank"
 assert_contains "$(grep 'resumed from checkpoint step' <<<"$log1")" "in $IT_TMP/$dir/ckpt/faults/trial-1" \
   "trial 1 resumed from its own lineage"
-log2=$(cat $dir/trials/2/log)
-assert_contains "$log2" "emergency checkpoint of step" "trial 2 took an emergency checkpoint"
-assert_contains "$log2" "resumed from checkpoint step" "trial 2 resumed after its requeue"
-assert_contains "$(grep 'resumed from' <<<"$log2")" "$dir/ckpt/faults/trial-2" "from its own lineage"
-assert_contains "$(cat $dir/slurm/${array}_2.out)" "restart count 1" "trial 2's task ran again after the requeue"
-assert_contains "$(cat $dir/slurm/${array}_2.out)" "trial 2 (lr=" "... and its worker resumed trial 2"
-assert_not_contains "$(cat $dir/trials/0/log $dir/trials/3/log)" "resumed from" "the other trials ran undisturbed"
+logp=$(cat $dir/trials/$pre/log)
+assert_contains "$logp" "emergency checkpoint of step" "trial $pre took an emergency checkpoint"
+assert_contains "$logp" "resumed from checkpoint step" "trial $pre resumed after its requeue"
+assert_contains "$(grep 'resumed from' <<<"$logp")" "$dir/ckpt/faults/trial-$pre" "from its own lineage"
+assert_contains "$(cat $dir/slurm/${array}_$pre.out)" "restart count 1" "trial $pre's task ran again after the requeue"
+assert_contains "$(cat $dir/slurm/${array}_$pre.out)" "trial $pre (lr=" "... and its worker resumed trial $pre"
+for t in 0 1 2 3; do
+  [[ $t == "$pre" || $t == 1 ]] && continue
+  assert_not_contains "$(cat $dir/trials/$t/log)" "resumed from" "trial $t ran undisturbed"
+  assert_not_contains "$(cat $dir/slurm/${array}_$t.out)" "restart count 1" "trial $t's task was not requeued with trial $pre's"
+done
 
 # Resume a whole sweep after scancel: 4 trials, 2 at a time, cancelled after the first two.
 # saker-run takes the first scancel's SIGTERM for a preemption (emergency checkpoint,
