@@ -23,6 +23,14 @@ constexpr int NVML_TEMPERATURE_GPU = 0;
 constexpr int NVML_CLOCK_SM = 1;
 constexpr int NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1;
 constexpr int NVML_VOLATILE_ECC = 0;
+constexpr unsigned long long nvmlEventTypeXidCriticalError = 0x8;
+struct nvmlEventData_t {
+  nvmlDevice_t device;
+  unsigned long long eventType;
+  unsigned long long eventData;
+  unsigned int gpuInstanceId;
+  unsigned int computeInstanceId;
+};
 
 }  // namespace
 
@@ -41,6 +49,11 @@ struct Nvml::Api {
   nvmlReturn_t (*clock)(nvmlDevice_t, int, unsigned int*);
   nvmlReturn_t (*throttle)(nvmlDevice_t, unsigned long long*);
   nvmlReturn_t (*ecc)(nvmlDevice_t, int, int, unsigned long long*);
+  // Optional (XID errors): null when the library lacks them.
+  nvmlReturn_t (*event_set_create)(void**);
+  nvmlReturn_t (*register_events)(nvmlDevice_t, unsigned long long, void*);
+  nvmlReturn_t (*event_set_wait)(void*, nvmlEventData_t*, unsigned int);
+  nvmlReturn_t (*event_set_free)(void*);
 };
 
 namespace {
@@ -89,6 +102,12 @@ std::unique_ptr<Nvml> Nvml::open(std::string* why, const std::string& library) {
   resolve(h, "nvmlDeviceGetClockInfo", api->clock, &missing);
   resolve(h, "nvmlDeviceGetCurrentClocksThrottleReasons", api->throttle, &missing);
   resolve(h, "nvmlDeviceGetTotalEccErrors", api->ecc, &missing);
+  std::string optional;
+  resolve(h, "nvmlEventSetCreate", api->event_set_create, &optional);
+  resolve(h, "nvmlDeviceRegisterEvents", api->register_events, &optional);
+  resolve(h, "nvmlEventSetWait_v2", api->event_set_wait, &optional);
+  resolve(h, "nvmlEventSetFree", api->event_set_free, &optional);
+  if (!optional.empty()) api->event_set_create = nullptr;  // no XID figures, everything else
   if (!missing.empty()) {
     *why = library + " has no " + missing + ": it is not NVML, or a driver older than Saker supports (R450+)";
     ::dlclose(h);
@@ -108,6 +127,7 @@ std::unique_ptr<Nvml> Nvml::open(std::string* why, const std::string& library) {
 }
 
 Nvml::~Nvml() {
+  if (events_) api_->event_set_free(events_);
   if (api_) api_->shutdown();
   if (handle_) ::dlclose(handle_);
 }
@@ -122,6 +142,32 @@ void Nvml::map_devices() {
     unsigned int minor = 0;
     if (api_->handle_by_index(i, &d) != NVML_SUCCESS || api_->minor_number(d, &minor) != NVML_SUCCESS) continue;
     devices_.emplace_back(minor, d);
+  }
+  if (api_->event_set_create == nullptr || api_->event_set_create(&events_) != NVML_SUCCESS) {
+    events_ = nullptr;
+    return;
+  }
+  bool any = false;
+  for (const auto& [minor, d] : devices_) any |= api_->register_events(d, nvmlEventTypeXidCriticalError, events_) == NVML_SUCCESS;
+  if (!any) {
+    api_->event_set_free(events_);
+    events_ = nullptr;
+  }
+}
+
+void Nvml::drain_xid_events(std::vector<GpuSample>& samples) {
+  if (events_ == nullptr) return;
+  for (int i = 0; i < 4096; ++i) {  // bounded: a storm of events must not stall the sampler
+    nvmlEventData_t e{};
+    if (api_->event_set_wait(events_, &e, 0) != NVML_SUCCESS) return;  // TIMEOUT: drained
+    if (!(e.eventType & nvmlEventTypeXidCriticalError)) continue;
+    for (const auto& [minor, d] : devices_)
+      if (d == e.device)
+        for (GpuSample& s : samples)
+          if (s.index == minor) {
+            ++s.xid_events;
+            s.last_xid = e.eventData;
+          }
   }
 }
 
@@ -181,6 +227,7 @@ std::vector<GpuSample> Nvml::sample(const std::vector<unsigned>& indexes) {
       s.ecc_uncorrected = ecc;
     out.push_back(s);
   }
+  drain_xid_events(out);
   return out;
 }
 

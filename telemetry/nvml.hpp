@@ -2,7 +2,8 @@
 // declared here against NVML's stable C ABI (the build machines have no nvml.h, and a
 // node without the driver must still run every CPU job).
 //
-// Every NVML call is checked: NOT_SUPPORTED leaves that figure absent (a consumer GPU
+// XID errors come from an NVML event set drained (without waiting) at each sample,
+// where the driver supports events. Every NVML call is checked: NOT_SUPPORTED leaves that figure absent (a consumer GPU
 // has no ECC, an old one no energy counter); any other error is counted and its text
 // kept, and the other figures of that GPU are still read.
 #pragma once
@@ -27,6 +28,8 @@ struct GpuSample {
   std::optional<unsigned> sm_clock_mhz;
   std::optional<std::uint64_t> throttle_reasons;  // nvmlClocksThrottleReason* bits
   std::optional<std::uint64_t> ecc_uncorrected;   // volatile count since the driver loaded
+  unsigned xid_events = 0;                    // XID critical errors since the previous sample
+  std::uint64_t last_xid = 0;                 // the last XID code (e.g. 79: fallen off the bus)
   unsigned errors = 0;                        // NVML calls that failed (not NOT_SUPPORTED)
   std::string last_error;                     // "nvmlDeviceGetPowerUsage: GPU is lost"
 };
@@ -55,7 +58,9 @@ class Nvml {
  private:
   Nvml() = default;
   void map_devices();
+  void drain_xid_events(std::vector<GpuSample>& samples);
   void* handle_ = nullptr;
+  void* events_ = nullptr;  // nvmlEventSet_t with XID errors registered (null: unsupported)
   std::unique_ptr<Api> api_;
   std::vector<std::pair<unsigned, void*>> devices_;  // minor number -> nvmlDevice_t
   bool mapped_ = false;

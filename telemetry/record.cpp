@@ -201,7 +201,8 @@ std::string format_record(const NodeStepRecord& r) {
                .num("energy_j", g.energy_j).num("power_max_w", g.power_max_w)
                .num("temperature_max_c", g.temperature_max_c).num("sm_clock_mean_mhz", g.sm_clock_mean_mhz)
                .num("throttled_fraction", g.throttled_fraction).u64("throttle_reasons", g.throttle_reasons)
-               .u64("ecc_uncorrected", g.ecc_uncorrected).u64("errors", g.errors).str("last_error", g.last_error)
+               .u64("ecc_uncorrected", g.ecc_uncorrected).u64("xid_errors", g.xid_errors)
+               .u64("last_xid", g.last_xid).u64("errors", g.errors).str("last_error", g.last_error)
                .done();
   for (const RankSummary& k : r.ranks)
     out += Line("rank").u64("rank", static_cast<std::uint64_t>(k.rank)).u64("calls", k.calls).u64("bytes", k.bytes)
@@ -267,7 +268,8 @@ ParseResult parse_records(std::string_view text) {
       f.number("mem_total", g.mem_total); f.number("energy_j", g.energy_j); f.number("power_max_w", g.power_max_w);
       f.number("temperature_max_c", g.temperature_max_c); f.number("sm_clock_mean_mhz", g.sm_clock_mean_mhz);
       f.number("throttled_fraction", g.throttled_fraction); f.number("throttle_reasons", g.throttle_reasons);
-      f.number("ecc_uncorrected", g.ecc_uncorrected); f.number("errors", g.errors); f.text("last_error", g.last_error);
+      f.number("ecc_uncorrected", g.ecc_uncorrected); f.number("xid_errors", g.xid_errors);
+      f.number("last_xid", g.last_xid); f.number("errors", g.errors); f.text("last_error", g.last_error);
       g.present = present != 0;
       cur->gpus.push_back(g);
     } else if (kind == "rank") {

@@ -57,6 +57,7 @@ struct GpuSummary {
   double throttled_fraction = 0;     // share of samples slowed by power or heat
   std::uint64_t throttle_reasons = 0;  // every reason seen (OR)
   std::uint64_t ecc_uncorrected = 0;
+  std::uint64_t xid_errors = 0, last_xid = 0;  // XID critical errors during the step, the last code
   unsigned errors = 0;
   std::string last_error;
 };

@@ -64,6 +64,10 @@ std::vector<std::string> verdicts(const std::vector<NodeStepRecord>& records) {
       if (g.ecc_uncorrected > 0)
         out.emplace_back(1.0, "GPU " + std::to_string(g.index) + " on " + where + " reported " +
                                   std::to_string(g.ecc_uncorrected) + " uncorrected ECC error(s): drain the node and check it");
+      if (g.xid_errors > 0)
+        out.emplace_back(1.0, "GPU " + std::to_string(g.index) + " on " + where + " reported " + std::to_string(g.xid_errors) +
+                                  " XID error(s), the last XID " + std::to_string(g.last_xid) +
+                                  " (see the driver's XID table; the job may have failed because of the GPU)");
       if (g.errors > 0)
         out.emplace_back(0.3, "NVML failed " + std::to_string(g.errors) + " time(s) on GPU " + std::to_string(g.index) +
                                   " of " + where + " (last: " + g.last_error + ")");
@@ -139,7 +143,7 @@ std::string table(const std::vector<NodeStepRecord>& records) {
   }
   if (any_gpu) {
     out += "\n" + pad("STEP", 12) + pad("NODE", 10) + pad("GPU", 4) + pad("UTIL MEAN/P90", 14) + pad("IDLE", 6) +
-           pad("MEM PEAK", 10) + pad("ENERGY", 10) + pad("POWER MAX", 10) + pad("TEMP MAX", 9) + pad("THROTTLED", 10) + "ECC\n";
+           pad("MEM PEAK", 10) + pad("ENERGY", 10) + pad("POWER MAX", 10) + pad("TEMP MAX", 9) + pad("THROTTLED", 10) + "ECC/XID\n";
     for (const auto& r : records)
       for (const auto& g : r.gpus) {
         if (!g.present) {
@@ -150,7 +154,7 @@ std::string table(const std::vector<NodeStepRecord>& records) {
                pad(fixed(g.util.mean, 0) + "/" + fixed(g.util.p90, 0) + "%", 14) + pad(pct(g.idle_fraction), 6) +
                pad(human_bytes(static_cast<double>(g.mem_used_max)), 10) + pad(fixed(g.energy_j / 1000, 1) + " kJ", 10) +
                pad(fixed(g.power_max_w, 0) + " W", 10) + pad(fixed(g.temperature_max_c, 0) + " C", 9) +
-               pad(pct(g.throttled_fraction), 10) + std::to_string(g.ecc_uncorrected) + "\n";
+               pad(pct(g.throttled_fraction), 10) + std::to_string(g.ecc_uncorrected) + "/" + std::to_string(g.xid_errors) + "\n";
       }
   }
   if (any_rank) {
@@ -200,7 +204,8 @@ std::string to_json(const std::string& job, const std::vector<NodeStepRecord>& r
           .key("temperature_max_c").value(g.temperature_max_c).key("sm_clock_mean_mhz").value(g.sm_clock_mean_mhz)
           .key("throttled_fraction").value(g.throttled_fraction)
           .key("throttle_reasons").value(describe_throttle_reasons(g.throttle_reasons))
-          .key("ecc_uncorrected").value(g.ecc_uncorrected).key("nvml_errors").value(g.errors);
+          .key("ecc_uncorrected").value(g.ecc_uncorrected).key("xid_errors").value(g.xid_errors)
+          .key("last_xid").value(g.last_xid).key("nvml_errors").value(g.errors);
       if (!g.last_error.empty()) w.key("last_error").value(g.last_error);
       w.end_object();
     }

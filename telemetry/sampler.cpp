@@ -36,6 +36,10 @@ void StepSampler::sample(double now) {
       GpuTrack& t = gpus_[g.index];
       ++t.samples;
       t.errors += g.errors;
+      if (g.xid_events) {
+        t.xids += g.xid_events;
+        t.last_xid = g.last_xid;
+      }
       if (!g.last_error.empty()) t.last_error = g.last_error;
       if (!g.present) continue;
       ++t.present_samples;
@@ -120,6 +124,8 @@ NodeStepRecord StepSampler::summary(double now) const {
     g.throttled_fraction = t.present_samples ? static_cast<double>(t.throttled) / t.present_samples : 0;
     g.throttle_reasons = t.reasons;
     g.ecc_uncorrected = t.ecc_first && t.ecc_last && *t.ecc_last >= *t.ecc_first ? *t.ecc_last - *t.ecc_first : 0;
+    g.xid_errors = t.xids;
+    g.last_xid = t.last_xid;
     g.errors = t.errors;
     g.last_error = t.last_error;
     r.gpus.push_back(g);

@@ -46,6 +46,7 @@ class StepSampler {
     std::optional<std::uint64_t> energy_first, energy_last, ecc_first, ecc_last;
     double energy_from_power_j = 0, power_max = 0, temp_max = 0, clock_sum = 0;
     unsigned clock_n = 0, errors = 0;
+    std::uint64_t xids = 0, last_xid = 0;
     std::string last_error;
     double last_t = 0;
   };

@@ -93,36 +93,91 @@ std::optional<StepUsage> StepSource::read_cgroup() const {
   return u;
 }
 
-std::optional<StepUsage> StepSource::read_proc() const {
+// The step's processes and their stat lines. Where the kernel lists each thread's
+// children (/proc/PID/task/TID/children, CONFIG_PROC_CHILDREN) only the step's own
+// processes are read; otherwise every process of the node is, to find the tree.
+std::optional<std::map<pid_t, ProcStat>> StepSource::step_processes() const {
+  std::map<pid_t, ProcStat> out;
+  auto stat_of = [&](pid_t pid) -> std::optional<ProcStat> {
+    auto text = read_small_file(proc_root_ + "/" + std::to_string(pid) + "/stat");
+    return text ? parse_proc_stat(*text) : std::nullopt;  // nullopt: exited meanwhile
+  };
+  auto root = stat_of(stepd_);
+  if (!root) return std::nullopt;
+  out[stepd_] = *root;
+  // Children lists, thread by thread; nullopt when the kernel has none.
+  auto listed_children = [&](pid_t pid) -> std::optional<std::vector<pid_t>> {
+    const std::string tasks = proc_root_ + "/" + std::to_string(pid) + "/task";
+    DIR* d = ::opendir(tasks.c_str());
+    if (d == nullptr) return std::nullopt;
+    std::vector<pid_t> kids;
+    while (const dirent* e = ::readdir(d)) {
+      if (!is_pid(e->d_name)) continue;
+      auto text = read_small_file(tasks + "/" + e->d_name + "/children");
+      if (!text) continue;  // the thread exited meanwhile
+      const char* p = text->c_str();
+      while (*p) {
+        char* end = nullptr;
+        const long v = std::strtol(p, &end, 10);
+        if (end == p) break;
+        if (v > 0) kids.push_back(static_cast<pid_t>(v));
+        p = end;
+      }
+    }
+    ::closedir(d);
+    return kids;
+  };
+  const std::string probe = proc_root_ + "/" + std::to_string(stepd_) + "/task/" + std::to_string(stepd_) + "/children";
+  if (::access(probe.c_str(), R_OK) == 0) {
+    auto first = listed_children(stepd_);
+    std::vector<pid_t> todo = *first;
+    while (!todo.empty() && out.size() < 100000) {
+      const pid_t pid = todo.back();
+      todo.pop_back();
+      if (out.count(pid)) continue;
+      auto s = stat_of(pid);
+      if (!s) continue;
+      out[pid] = *s;
+      if (auto more = listed_children(pid)) todo.insert(todo.end(), more->begin(), more->end());
+    }
+    return out;
+  }
   // One pass over /proc: parents of every process, then the tree below slurmstepd.
   std::map<pid_t, std::vector<pid_t>> children;
-  std::map<pid_t, ProcStat> stats;
+  std::map<pid_t, ProcStat> all;
   DIR* d = ::opendir(proc_root_.c_str());
   if (d == nullptr) return std::nullopt;
   while (const dirent* e = ::readdir(d)) {
     if (!is_pid(e->d_name)) continue;
-    auto text = read_small_file(proc_root_ + "/" + e->d_name + "/stat");
-    if (!text) continue;  // exited meanwhile
-    auto s = parse_proc_stat(*text);
-    if (!s) continue;
     const pid_t pid = static_cast<pid_t>(std::strtol(e->d_name, nullptr, 10));
-    stats[pid] = *s;
+    auto s = stat_of(pid);
+    if (!s) continue;
+    all[pid] = *s;
     children[s->ppid].push_back(pid);
   }
   ::closedir(d);
-  auto root = stats.find(stepd_);
-  if (root == stats.end()) return std::nullopt;
-  StepUsage u;
-  std::uint64_t ticks = root->second.cutime + root->second.cstime;
-  if (auto io = read_small_file(proc_root_ + "/" + std::to_string(stepd_) + "/io"))
-    if (auto b = parse_proc_io(*io)) u.io = *b;
   std::vector<pid_t> todo = children[stepd_];
-  const pid_t self = ::getpid();
   while (!todo.empty()) {
     const pid_t pid = todo.back();
     todo.pop_back();
-    if (pid == self) continue;
-    const ProcStat& s = stats[pid];
+    if (out.count(pid) || !all.count(pid)) continue;
+    out[pid] = all[pid];
+    for (pid_t c : children[pid]) todo.push_back(c);
+  }
+  return out;
+}
+
+std::optional<StepUsage> StepSource::read_proc() const {
+  auto procs = step_processes();
+  if (!procs) return std::nullopt;
+  const ProcStat root = procs->at(stepd_);
+  StepUsage u;
+  std::uint64_t ticks = root.cutime + root.cstime;
+  if (auto io = read_small_file(proc_root_ + "/" + std::to_string(stepd_) + "/io"))
+    if (auto b = parse_proc_io(*io)) u.io = *b;
+  const pid_t self = ::getpid();
+  for (const auto& [pid, s] : *procs) {
+    if (pid == stepd_ || pid == self) continue;
     ticks += s.utime + s.stime + s.cutime + s.cstime;
     ++u.processes;
     const std::string dir = proc_root_ + "/" + std::to_string(pid);
@@ -136,7 +191,6 @@ std::optional<StepUsage> StepSource::read_proc() const {
         u.io.read += b->read;
         u.io.write += b->write;
       }
-    for (pid_t c : children[pid]) todo.push_back(c);
   }
   u.cpu_seconds = static_cast<double>(ticks) / static_cast<double>(ticks_per_second_);
   u.rss_hwm = std::max(u.rss_hwm, u.rss);

@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -40,6 +41,7 @@ class StepSource {
 
  private:
   std::optional<StepUsage> read_proc() const;
+  std::optional<std::map<pid_t, ProcStat>> step_processes() const;
   std::optional<StepUsage> read_cgroup() const;
   pid_t stepd_;
   std::string proc_root_;

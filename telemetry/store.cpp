@@ -131,7 +131,7 @@ std::string prometheus_text(const NodeStepRecord& r, bool running) {
     gauge("saker_job_memory_limit_bytes", "Memory limit of the step on this node", one(static_cast<double>(r.cpu.mem_limit)));
   gauge("saker_job_io_read_bytes", "Bytes the step read from storage on this node", one(static_cast<double>(r.cpu.read_bytes)));
   gauge("saker_job_io_write_bytes", "Bytes the step wrote to storage on this node", one(static_cast<double>(r.cpu.write_bytes)));
-  std::vector<std::pair<std::string, double>> util, idle, mem, energy, throttled;
+  std::vector<std::pair<std::string, double>> util, idle, mem, energy, throttled, xid;
   for (const GpuSummary& g : r.gpus) {
     if (!g.present) continue;
     const std::string l = ",gpu=\"" + std::to_string(g.index) + "\"";
@@ -140,12 +140,14 @@ std::string prometheus_text(const NodeStepRecord& r, bool running) {
     mem.emplace_back(l, static_cast<double>(g.mem_used_max));
     energy.emplace_back(l, g.energy_j);
     throttled.emplace_back(l, g.throttled_fraction);
+    xid.emplace_back(l, static_cast<double>(g.xid_errors));
   }
   gauge("saker_job_gpu_utilization_ratio", "Mean GPU utilisation of the step", util);
   gauge("saker_job_gpu_idle_ratio", "Share of samples in which the GPU was idle", idle);
   gauge("saker_job_gpu_memory_max_bytes", "Highest GPU memory used", mem);
   gauge("saker_job_gpu_energy_joules", "GPU energy used during the step", energy);
   gauge("saker_job_gpu_throttled_ratio", "Share of samples in which power or heat slowed the GPU", throttled);
+  gauge("saker_job_gpu_xid_errors", "XID critical errors the driver reported during the step", xid);
   std::vector<std::pair<std::string, double>> share, bytes, stalls;
   for (const RankSummary& k : r.ranks) {
     const std::string l = ",rank=\"" + std::to_string(k.rank) + "\"";

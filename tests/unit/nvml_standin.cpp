@@ -8,8 +8,10 @@
 //                                one device (index = order of the lines); a list gives the
 //                                value of successive calls (the last one repeats)
 //   fail FUNCTION RC             that function returns RC on every device
+//   xid minor=M code=C           an XID critical error event of that GPU, delivered once
 #include <cstdint>
 #include <cstdlib>
+#include <deque>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -36,6 +38,12 @@ struct Script {
   int init_rc = 0, count_rc = 0;
   std::vector<Device> devices;
   std::map<std::string, int> fail;
+  std::deque<std::pair<unsigned long long, unsigned long long>> xids;  // (minor, code)
+};
+struct EventData {
+  void* device;
+  unsigned long long type, data;
+  unsigned int gi, ci;
 };
 Script g;
 
@@ -69,6 +77,10 @@ int nvmlInit_v2() {
       int rc = 0;
       w >> fn >> rc;
       g.fail[fn] = rc;
+    } else if (kind == "xid") {
+      std::string m, c;
+      w >> m >> c;
+      g.xids.emplace_back(std::stoull(m.substr(m.find('=') + 1)), std::stoull(c.substr(c.find('=') + 1)));
     } else if (kind == "gpu") {
       Device d;
       for (std::string kv; w >> kv;) {
@@ -143,5 +155,27 @@ int nvmlDeviceGetCurrentClocksThrottleReasons(void* handle, unsigned long long* 
 int nvmlDeviceGetTotalEccErrors(void* handle, int /*type*/, int /*counter*/, unsigned long long* n) {
   STANDIN_GET(nvmlDeviceGetTotalEccErrors, "ecc", unsigned long long, n)
 }
+
+int nvmlEventSetCreate(void** set) {
+  if (int rc = failing("nvmlEventSetCreate")) return rc;
+  *set = &g;
+  return 0;
+}
+int nvmlDeviceRegisterEvents(void* handle, unsigned long long /*types*/, void* /*set*/) {
+  if (int rc = failing("nvmlDeviceRegisterEvents")) return rc;
+  return dev(handle) ? 0 : 2;
+}
+int nvmlEventSetWait_v2(void* /*set*/, EventData* e, unsigned int /*timeout_ms*/) {
+  if (g.xids.empty()) return 10;  // NVML_ERROR_TIMEOUT
+  const auto [minor, code] = g.xids.front();
+  g.xids.pop_front();
+  *e = EventData{};
+  for (std::size_t i = 0; i < g.devices.size(); ++i)
+    if (g.devices[i].has("minor") && g.devices[i].values["minor"][0] == minor) e->device = reinterpret_cast<void*>(i + 1);
+  e->type = 0x8;
+  e->data = code;
+  return 0;
+}
+int nvmlEventSetFree(void* /*set*/) { return 0; }
 
 }  // extern "C"

@@ -115,6 +115,28 @@ TEST_CASE("nvml: error returns", "[telemetry][nvml]") {
   }
 }
 
+TEST_CASE("nvml: XID errors arrive through the event set, once each", "[telemetry][nvml]") {
+  TempDir dir;
+  std::string why;
+  SECTION("events of one GPU") {
+    auto nvml = open_scripted(dir, std::string(kTwoGpus) + "xid minor=3 code=13\nxid minor=3 code=79\n", &why);
+    REQUIRE(nvml);
+    auto s = nvml->sample({0, 3});
+    CHECK(s[0].xid_events == 0);
+    CHECK(s[1].xid_events == 2);
+    CHECK(s[1].last_xid == 79);
+    CHECK(nvml->sample({0, 3})[1].xid_events == 0);  // drained
+  }
+  SECTION("no event support: every other figure still read") {
+    auto nvml = open_scripted(dir, std::string(kTwoGpus) + "xid minor=3 code=79\nfail nvmlEventSetCreate 3\n", &why);
+    REQUIRE(nvml);
+    auto s = nvml->sample({3});
+    CHECK(s[0].xid_events == 0);
+    CHECK(s[0].errors == 0);
+    CHECK(s[0].util_percent == 0u);
+  }
+}
+
 TEST_CASE("nvml: the library itself absent or not NVML", "[telemetry][nvml]") {
   std::string why;
   CHECK_FALSE(Nvml::open(&why, "/nonexistent/libnvidia-ml.so.1"));

@@ -105,6 +105,27 @@ TEST_CASE("step source: the process tree below slurmstepd, reaped tasks included
   CHECK_FALSE(no_proc.read());
 }
 
+TEST_CASE("step source: the kernel's children lists, where it has them", "[telemetry][proc]") {
+  TempDir proc;
+  const long hz = ::sysconf(_SC_CLK_TCK);
+  fake_process(proc.path(), 100, 1, 0, 0, 0, 0, hz, 0);
+  fake_process(proc.path(), 101, 100, hz, 0, 1024, 1024);
+  fake_process(proc.path(), 102, 101, hz, 0, 1024, 1024);
+  fake_process(proc.path(), 300, 100, 99 * hz, 0, 1, 1);  // not listed: must not be read
+  // slurmstepd's threads 100 and 105: task 101 was forked by thread 105.
+  write_file(proc.path() / "100/task/100/children", "");
+  write_file(proc.path() / "100/task/105/children", "101 ");
+  write_file(proc.path() / "101/task/101/children", "102 999 ");  // 999: exited meanwhile
+  StepSource src(100, proc.path().string(), (proc.path() / "nocg").string());
+  auto u = src.read();
+  REQUIRE(u);
+  CHECK(u->cpu_seconds == Approx(3.0));
+  CHECK(u->processes == 2);
+  // The real /proc: this test process's own step (its parent) reads without error.
+  StepSource live(::getppid());
+  CHECK(live.read());
+}
+
 TEST_CASE("step source: cgroup v1 and v2 step directories", "[telemetry][proc]") {
   TempDir t;
   const auto proc = t.path() / "proc";

@@ -31,6 +31,8 @@ NodeStepRecord sample_record(const std::string& step, const std::string& node, d
   g.util = summarize({0, 0, 10});
   g.idle_fraction = 2.0 / 3;
   g.energy_j = 1234.5;
+  g.xid_errors = 2;
+  g.last_xid = 79;
   g.last_error = "nvmlDeviceGetPowerUsage: GPU is lost";
   r.gpus.push_back(g);
   r.ranks.push_back({5, 10, 4096, 0, 8.0, 20.0, 0.4});
@@ -73,6 +75,8 @@ TEST_CASE("records round-trip through the text format", "[telemetry][record]") {
   CHECK(p.gpus[0].index == 3);
   CHECK(p.gpus[0].idle_fraction == Approx(2.0 / 3));
   CHECK(p.gpus[0].last_error == "nvmlDeviceGetPowerUsage: GPU is lost");
+  CHECK(p.gpus[0].xid_errors == 2);
+  CHECK(p.gpus[0].last_xid == 79);
   REQUIRE(p.ranks.size() == 1);
   CHECK(p.ranks[0].share == 0.4);
   REQUIRE(p.series.size() == 2);

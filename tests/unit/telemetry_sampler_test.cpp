@@ -22,7 +22,8 @@ TEST_CASE("sampler: a step with one busy core of two, an idle GPU and a rank in 
   write_file(t / "nvml.script",
              "gpu minor=3 util=0,0,0,40 memutil=0 used=100,900,500 total=1000 power_mw=100000 energy_mj=1000,11000,21000,31000 "
              "temp=40,80 sm=1000 throttle=0,0x40,0x40,0 ecc=0\n"
-             "gpu minor=5 util=90 total=1000 used=0\n");
+             "gpu minor=5 util=90 total=1000 used=0\n"
+             "xid minor=3 code=48\n");
   ::setenv("SAKER_NVML_SCRIPT", (t / "nvml.script").c_str(), 1);
   const auto counters = t.path() / "counters";
   std::filesystem::create_directories(counters);
@@ -75,6 +76,8 @@ TEST_CASE("sampler: a step with one busy core of two, an idle GPU and a rank in 
   CHECK(g.temperature_max_c == 80);
   CHECK(g.throttled_fraction == Approx(2.0 / 3));
   CHECK(g.throttle_reasons == 0x40);
+  CHECK(g.xid_errors == 1);
+  CHECK(g.last_xid == 48);
   CHECK_FALSE(r.gpus[1].present);
   REQUIRE(r.ranks.size() == 1);
   CHECK(r.ranks[0].rank == 5);
@@ -90,6 +93,7 @@ TEST_CASE("sampler: a step with one busy core of two, an idle GPU and a rank in 
   CHECK(has("GPU 3 on node n7 idle 100% of step 42.0"));
   CHECK(has("GPU 9 on node n7 (step 42.0) was not visible to NVML"));
   CHECK(has("was slowed (hw-thermal) in 67% of samples"));
+  CHECK(has("GPU 3 on node n7 (step 42.0) reported 1 XID error(s), the last XID 48"));
   CHECK(has("CPU efficiency on node n7 (step 42.0) was 50% of 2 allocated CPU(s)"));
   const std::string table_text = table({r});
   CHECK(table_text.find("42.0        n7") != std::string::npos);
