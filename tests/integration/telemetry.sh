@@ -95,6 +95,12 @@ for r in 0 1; do
 done
 assert_rc 0 "the counters directory is gone after the step" -- bash -c "! ls -d /dev/shm/saker-telemetry-* 2>/dev/null | grep -q ."
 
+# --- A batch job: its batch step and the step inside it, each with its own block.
+assert_rc 0 "a batch job with one step" -- sbatch --parsable -W -p zone-a -o /dev/null --wrap "srun -n1 sleep 2"
+job=${IT_OUT%%;*}
+steps=$(awk '$1 == "step" { for (i = 2; i <= NF; i++) if ($i ~ /^step=/) print substr($i, 6) }' "$records/$job.telemetry" | sort | tr '\n' ' ')
+assert_eq "0 batch " "$steps" "job $job has a record for its batch step and its step 0"
+
 assert_rc 3 "saker-stats: a job without a record exits 3" -- "$stats" --dir "$records" 999999
 assert_rc 2 "saker-stats: a job id that is not one exits 2" -- "$stats" --dir "$records" ../etc
 it_finish
