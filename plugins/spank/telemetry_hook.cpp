@@ -30,6 +30,7 @@ constexpr int kStopWaitMs = 250;
 
 struct Sampler {
   pid_t pid = -1;
+  int pidfd = -1;    // signals reach this very process, never a later one with its pid
   int done_fd = -1;  // read end of a pipe the sampler holds open until it exits
   std::string counters_dir;
   std::string step_name;
@@ -148,7 +149,10 @@ bool wait_done(int fd, int ms) {
 void stop_sampler(bool wait) {
   if (g_sampler.pid <= 0) return;
   const auto t0 = std::chrono::steady_clock::now();
-  ::kill(g_sampler.pid, SIGTERM);
+  // Signal through the pidfd: if the sampler already exited, its pid may belong to
+  // another process by now. Without pidfds (Linux < 5.3), only while its pipe is open.
+  if (g_sampler.pidfd >= 0) ::syscall(SYS_pidfd_send_signal, g_sampler.pidfd, SIGTERM, nullptr, 0u);
+  else if (!wait_done(g_sampler.done_fd, 0)) ::kill(g_sampler.pid, SIGTERM);
   if (wait) {
     const bool done = wait_done(g_sampler.done_fd, kStopWaitMs);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -160,6 +164,8 @@ void stop_sampler(bool wait) {
     else log::warn(line);
   }
   ::close(g_sampler.done_fd);
+  if (g_sampler.pidfd >= 0) ::close(g_sampler.pidfd);
+  g_sampler.pidfd = -1;
   g_sampler.pid = -1;
   g_sampler.done_fd = -1;
 }
@@ -233,6 +239,7 @@ int telemetry_start(spank_t sp, const Config& config) {
   if (!config.telemetry.prometheus_dir.empty()) args.insert(args.end(), {"--prometheus-dir", config.telemetry.prometheus_dir});
   if (!config.telemetry.nvml.empty()) args.insert(args.end(), {"--nvml", config.telemetry.nvml});
   g_sampler.pid = spawn(args, &g_sampler.done_fd);
+  if (g_sampler.pid > 0) g_sampler.pidfd = static_cast<int>(::syscall(SYS_pidfd_open, g_sampler.pid, 0u));
   if (g_sampler.pid <= 0) {
     log::warn("telemetry: cannot start " + config.telemetry.sampler + " for step " + g_sampler.step_name + ": " +
               std::strerror(errno) + "; the step runs without telemetry (check telemetry-sampler= in plugstack.conf)");

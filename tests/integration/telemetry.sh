@@ -13,7 +13,7 @@ it_require_root
   echo "SKIP: /usr/bin/python3 has no prometheus_client (apt-get install python3-prometheus-client)"
   exit 77
 }
-it_cluster_up --nodes 2 --gpus-per-node 0 --cpus-per-node 2 --no-job-submit
+it_cluster_up --nodes 2 --gpus-per-node 2 --cpus-per-node 2 --no-job-submit
 records="$IT_PREFIX/telemetry"
 prom="$IT_PREFIX/prom"
 mkdir -p "$prom"
@@ -94,6 +94,34 @@ for r in 0 1; do
     bash -c "'$stats' --dir '$records' --json $job | /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin); k=[k for s in d[\"steps\"] for k in s[\"ranks\"] if k[\"rank\"]==$r]; sys.exit(not (k and 0 < k[0][\"share\"] <= 1 and k[0][\"bytes\"] > 0 and k[0][\"calls\"] >= 300))'"
 done
 assert_rc 0 "the counters directory is gone after the step" -- bash -c "! ls -d /dev/shm/saker-telemetry-* 2>/dev/null | grep -q ."
+
+# --- GPUs through the test-only stand-in libnvidia-ml.so.1 (same dlopen as on a GPU node,
+# named by telemetry-nvml=): the step's GPUs come from Slurm (SLURM_STEP_GPUS) to NVML.
+standin="$SAKER_BUILDDIR/tests/unit/.libs/libnvidia-ml.so.1"
+if [[ -f $standin ]]; then
+  mkdir -p "$IT_PREFIX/nvml"
+  cp "$standin" "$IT_PREFIX/nvml/libnvidia-ml.so.1"
+  cat >"$IT_PREFIX/nvml/libnvidia-ml.so.1.script" <<'NVML'
+gpu minor=0 util=0 memutil=0 used=1048576 total=17179869184 power_mw=60000 energy_mj=1000,61000,121000,181000,241000,301000 temp=35 sm=210 throttle=1 ecc=0
+gpu minor=1 util=97 memutil=60 used=8589934592 total=17179869184 power_mw=300000 energy_mj=1000 temp=81 sm=1410 throttle=0x40 ecc=0
+NVML
+  sed -i "s|spank_saker.so.*|& telemetry-nvml=$IT_PREFIX/nvml/libnvidia-ml.so.1|" "$plugstack"
+  assert_rc 0 "a step holding 2 GPUs" -- srun -v -p zone-a -n1 --gres=gpu:2 sleep 3
+  job=$(job_of "$IT_OUT")
+  rec=$(cat "$records/$job.telemetry")
+  assert_eq "2" "$(grep -c '^gpu ' <<<"$rec")" "job $job has a gpu line for each of its 2 GPUs"
+  assert_rc 0 "saker-stats shows the GPUs" -- "$stats" --dir "$records" "$job"
+  printf '%s\n' "$IT_OUT" | sed 's/^/#   /'
+  assert_contains "$IT_OUT" "GPU 0 on node saker1 idle 100% of step $job.0" "an idle GPU is called out"
+  assert_contains "$IT_OUT" "GPU 1 on node saker1 (step $job.0) was slowed (hw-thermal)" "and a throttled one"
+  assert_rc 0 "the GPU gauges parse" -- /usr/bin/python3 -c "
+from prometheus_client.parser import text_string_to_metric_families as p
+v = {(s.name, s.labels.get('gpu')): s.value for f in p(open('$prom/saker_job_${job}_0_saker1.prom').read()) for s in f.samples}
+assert v[('saker_job_gpu_idle_ratio', '0')] == 1 and v[('saker_job_gpu_utilization_ratio', '1')] == 0.97, v"
+  sed -i "s| telemetry-nvml=[^ ]*||" "$plugstack"
+else
+  it_log "no stand-in NVML built (make check builds it): GPU part not run"
+fi
 
 # --- A batch job: its batch step and the step inside it, each with its own block.
 assert_rc 0 "a batch job with one step" -- sbatch --parsable -W -p zone-a -o /dev/null --wrap "srun -n1 sleep 2"

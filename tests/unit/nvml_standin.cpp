@@ -1,6 +1,7 @@
 // A stand-in libnvidia-ml.so.1, built for the tests only: it answers the NVML functions
-// telemetry/nvml.cpp declares with values scripted in the file $SAKER_NVML_SCRIPT, read
-// at nvmlInit_v2, so the real dlopen path can be driven through values, absent GPUs and
+// telemetry/nvml.cpp declares with values scripted in the file $SAKER_NVML_SCRIPT (else
+// the file next to this library named like it plus ".script", for a sampler started by
+// slurmstepd with a bare environment), read at nvmlInit_v2, so the real dlopen path can be driven through values, absent GPUs and
 // NVML errors without a GPU. Script lines:
 //   init RC                      nvmlInit_v2 returns RC (default 0)
 //   count RC                     nvmlDeviceGetCount_v2 returns RC
@@ -9,6 +10,8 @@
 //                                value of successive calls (the last one repeats)
 //   fail FUNCTION RC             that function returns RC on every device
 //   xid minor=M code=C           an XID critical error event of that GPU, delivered once
+#include <dlfcn.h>
+
 #include <cstdint>
 #include <cstdlib>
 #include <deque>
@@ -63,8 +66,14 @@ extern "C" {
 
 int nvmlInit_v2() {
   g = Script{};
-  const char* path = std::getenv("SAKER_NVML_SCRIPT");
-  if (path == nullptr) return 0;
+  std::string path;
+  if (const char* env = std::getenv("SAKER_NVML_SCRIPT")) {
+    path = env;
+  } else {
+    Dl_info self{};
+    if (::dladdr(reinterpret_cast<void*>(&nvmlInit_v2), &self) != 0 && self.dli_fname != nullptr)
+      path = std::string(self.dli_fname) + ".script";
+  }
   std::ifstream in(path);
   for (std::string line; std::getline(in, line);) {
     std::istringstream w(line);
