@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <optional>
@@ -37,6 +38,9 @@ class StepSampler {
   // The record so far; `now` closes the step's wall time.
   NodeStepRecord summary(double now) const;
   const std::string& source_kind() const { return source_.kind(); }
+  // The largest resident size of a process of the step that has exited (slurmstepd's
+  // RUSAGE_CHILDREN, which the plugin sends with the stop signal).
+  void note_exited_max_rss(std::uint64_t bytes) { rss_hwm_ = std::max(rss_hwm_, bytes); }
 
  private:
   struct GpuTrack {

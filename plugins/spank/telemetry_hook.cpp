@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <pwd.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -151,8 +152,18 @@ void stop_sampler(bool wait) {
   const auto t0 = std::chrono::steady_clock::now();
   // Signal through the pidfd: if the sampler already exited, its pid may belong to
   // another process by now. Without pidfds (Linux < 5.3), only while its pipe is open.
-  if (g_sampler.pidfd >= 0) ::syscall(SYS_pidfd_send_signal, g_sampler.pidfd, SIGTERM, nullptr, 0u);
-  else if (!wait_done(g_sampler.done_fd, 0)) ::kill(g_sampler.pid, SIGTERM);
+  // The signal carries the largest resident size of the tasks slurmstepd has reaped
+  // (KiB): a task that peaked and exited between two samples is still counted.
+  rusage ru{};
+  ::getrusage(RUSAGE_CHILDREN, &ru);
+  siginfo_t info{};
+  info.si_signo = SIGTERM;
+  info.si_code = SI_QUEUE;
+  info.si_pid = ::getpid();
+  info.si_uid = ::getuid();
+  info.si_value.sival_ptr = reinterpret_cast<void*>(static_cast<std::uintptr_t>(ru.ru_maxrss));
+  if (g_sampler.pidfd >= 0) ::syscall(SYS_pidfd_send_signal, g_sampler.pidfd, SIGTERM, &info, 0u);
+  else if (!wait_done(g_sampler.done_fd, 0)) ::sigqueue(g_sampler.pid, SIGTERM, info.si_value);
   if (wait) {
     const bool done = wait_done(g_sampler.done_fd, kStopWaitMs);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

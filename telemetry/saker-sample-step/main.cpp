@@ -156,7 +156,13 @@ int main(int argc, char** argv) {
       pollfd fds[2] = {{sfd, POLLIN, 0}, {pidfd, POLLIN, 0}};
       const int n = ::poll(fds, pidfd >= 0 ? 2 : 1, static_cast<int>(std::min<long long>(left, 60000)));
       if (n < 0 && errno != EINTR) done = true;
-      if (n > 0) done = true;
+      if (n > 0) {
+        done = true;
+        signalfd_siginfo si{};
+        if ((fds[0].revents & POLLIN) && ::read(sfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si) &&
+            si.ssi_code == SI_QUEUE && si.ssi_ptr < (1ull << 40))
+          sampler.note_exited_max_rss(si.ssi_ptr << 10);  // KiB, from spank_saker.so
+      }
       if (pidfd < 0 && ::kill(c.stepd, 0) != 0 && errno == ESRCH) done = true;
     }
     if (done) break;
