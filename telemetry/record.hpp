@@ -37,6 +37,7 @@ struct StepInfo {
   double sampler_core_share = 0;  // the sampler's own CPU time / step wall time
   double final_write_ms = 0;      // last sample + summary + writes, at step end
   std::string gpu_note;           // why there are no GPU figures, when a GPU was expected
+  std::string note;               // the sampler's own problems (a Prometheus file it could not write)
 };
 
 struct CpuSummary {

@@ -72,6 +72,7 @@ std::vector<std::string> verdicts(const std::vector<NodeStepRecord>& records) {
         out.emplace_back(0.3, "NVML failed " + std::to_string(g.errors) + " time(s) on GPU " + std::to_string(g.index) +
                                   " of " + where + " (last: " + g.last_error + ")");
     }
+    if (!r.info.note.empty()) out.emplace_back(0.35, "telemetry on " + where + ": " + r.info.note);
     if (r.gpus.empty() && !r.info.gpu_note.empty())
       out.emplace_back(0.4, "no GPU figures on " + where + ": " + r.info.gpu_note);
     if (r.info.cpus > 0 && wall >= 1) {
@@ -191,6 +192,7 @@ std::string to_json(const std::string& job, const std::vector<NodeStepRecord>& r
         .key("cpus").value(static_cast<std::uint64_t>(i.cpus)).key("source").value(i.source)
         .key("sampler_core_share").value(i.sampler_core_share).key("final_write_ms").value(i.final_write_ms);
     if (!i.gpu_note.empty()) w.key("gpu_note").value(i.gpu_note);
+    if (!i.note.empty()) w.key("note").value(i.note);
     w.key("cpu").begin_object().key("cpu_seconds").value(r.cpu.cpu_seconds).key("efficiency").value(r.cpu.efficiency);
     stats("util_percent", r.cpu.util);
     w.key("rss_hwm_bytes").value(r.cpu.rss_hwm).key("mem_limit_bytes").value(r.cpu.mem_limit)

@@ -133,14 +133,15 @@ int main(int argc, char** argv) {
   const double started = now_epoch();
   const double cpu_at_start = process_cpu_seconds();
   tel::StepSampler sampler(c);
-  bool prom_warned = false;
+  // Problems go into the record (stderr is slurmstepd's, which nobody reads).
+  std::string prom_problem;
   auto write_prom = [&](const tel::NodeStepRecord& r, bool running) {
     if (prom_dir.empty()) return;
     try {
       tel::write_prometheus(prom_dir, r, running);
     } catch (const std::exception& e) {
-      if (!prom_warned) std::cerr << "saker-sample-step: " << e.what() << "\n";
-      prom_warned = true;
+      if (prom_problem.empty()) std::cerr << "saker-sample-step: " << e.what() << "\n";
+      prom_problem = e.what();
     }
   };
   auto next = std::chrono::steady_clock::now();
@@ -175,6 +176,7 @@ int main(int argc, char** argv) {
   tel::NodeStepRecord r = sampler.summary(end);
   r.info.sampler_core_share = (process_cpu_seconds() - cpu_at_start) / std::max(1e-3, end - started);
   r.info.final_write_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (!prom_problem.empty()) r.info.note = "no Prometheus file: " + prom_problem;
   int rc = 0;
   try {
     std::string warning;
