@@ -150,8 +150,11 @@ bool wait_done(int fd, int ms) {
 void stop_sampler(bool wait) {
   if (g_sampler.pid <= 0) return;
   const auto t0 = std::chrono::steady_clock::now();
-  // Signal through the pidfd: if the sampler already exited, its pid may belong to
-  // another process by now. Without pidfds (Linux < 5.3), only while its pipe is open.
+  if (wait_done(g_sampler.done_fd, 0)) {
+    log::warn("telemetry: step " + g_sampler.step_name + ": the sampler exited before the step ended, so this node " +
+              "has no record for it (check telemetry= and telemetry-sampler= in plugstack.conf)");
+    wait = false;
+  }
   // The signal carries the largest resident size of the tasks slurmstepd has reaped
   // (KiB): a task that peaked and exited between two samples is still counted.
   rusage ru{};
@@ -162,6 +165,8 @@ void stop_sampler(bool wait) {
   info.si_pid = ::getpid();
   info.si_uid = ::getuid();
   info.si_value.sival_ptr = reinterpret_cast<void*>(static_cast<std::uintptr_t>(ru.ru_maxrss));
+  // Through the pidfd: if the sampler already exited, its pid may belong to another
+  // process by now. Without pidfds (Linux < 5.3), only while its pipe is open.
   if (g_sampler.pidfd >= 0) ::syscall(SYS_pidfd_send_signal, g_sampler.pidfd, SIGTERM, &info, 0u);
   else if (!wait_done(g_sampler.done_fd, 0)) ::sigqueue(g_sampler.pid, SIGTERM, info.si_value);
   if (wait) {

@@ -134,6 +134,15 @@ job=${IT_OUT%%;*}
 steps=$(awk '$1 == "step" { for (i = 2; i <= NF; i++) if ($i ~ /^step=/) print substr($i, 6) }' "$records/$job.telemetry" | sort | tr '\n' ' ')
 assert_eq "0 batch " "$steps" "job $job has a record for its batch step and its step 0"
 
+# --- Telemetry never fails a step: a sampler that cannot run is logged, the step runs.
+sed -i "s|telemetry-sampler=[^ ]*|telemetry-sampler=/nonexistent/saker-sample-step|" "$plugstack"
+assert_rc 0 "a step runs when the sampler cannot be executed" -- srun -v -p zone-a -n1 true
+job=$(job_of "$IT_OUT")
+assert_rc 0 "slurmd's log says the node has no record for it" -- \
+  grep -q "telemetry: step $job.0: the sampler exited before the step ended" "$IT_PREFIX"/log/slurmd-saker1.log
+assert_rc 1 "and there is none" -- test -e "$records/$job.telemetry"
+sed -i "s|telemetry-sampler=[^ ]*|telemetry-sampler=$sampler|" "$plugstack"
+
 assert_rc 3 "saker-stats: a job without a record exits 3" -- "$stats" --dir "$records" 999999
 assert_rc 2 "saker-stats: a job id that is not one exits 2" -- "$stats" --dir "$records" ../etc
 it_finish
