@@ -31,7 +31,7 @@ const char* kUsageText =
     "\n"
     "Shows the telemetry spank_saker.so recorded for job JOBID (plugstack.conf: telemetry=DIR):\n"
     "per step and node, CPU efficiency (CPU time over wall time times allocated CPUs), memory\n"
-    "high-water mark, I/O, per GPU utilisation, idle share, memory, energy, throttling and ECC\n"
+    "high-water mark, I/O, per GPU utilisation, idle share, memory, energy, throttling, ECC and XID\n"
     "errors, per rank the share of time in allreduce; then plain verdicts, and utilisation over\n"
     "time as a sparkline.\n"
     "\n"
