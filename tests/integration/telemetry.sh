@@ -82,6 +82,7 @@ assert_rc 0 "saker-stats shows it" -- "$stats" --dir "$records" --no-plot "$job"
 assert_contains "$IT_OUT" "MiB" "in MiB"
 
 # --- saker-train over two nodes: each rank's share of time in allreduce.
+shm_before=$(ls -d /dev/shm/saker-telemetry-* 2>/dev/null | sort)
 train="$SAKER_BUILDDIR/launcher/saker-train/saker-train"
 "$train" make-data --out "$IT_PREFIX/train.h5" --samples 4096 --features 16 --classes 4 --seed 3 >/dev/null
 assert_rc 0 "saker-train runs 2 ranks on 2 nodes" -- env SAKER_STORE_HOST=127.0.0.1 \
@@ -98,7 +99,7 @@ for r in 0 1; do
   assert_rc 0 "rank $r has an allreduce share and bytes reduced" -- \
     bash -c "'$stats' --dir '$records' --json $job | /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin); k=[k for s in d[\"steps\"] for k in s[\"ranks\"] if k[\"rank\"]==$r]; sys.exit(not (k and 0 < k[0][\"share\"] <= 1 and k[0][\"bytes\"] > 0 and k[0][\"calls\"] >= 300))'"
 done
-assert_rc 0 "the counters directory is gone after the step" -- bash -c "! ls -d /dev/shm/saker-telemetry-* 2>/dev/null | grep -q ."
+assert_eq "$shm_before" "$(ls -d /dev/shm/saker-telemetry-* 2>/dev/null | sort)" "the step's counters directory is gone after it"
 
 # --- GPUs through the test-only stand-in libnvidia-ml.so.1 (same dlopen as on a GPU node,
 # named by telemetry-nvml=): the step's GPUs come from Slurm (SLURM_STEP_GPUS) to NVML.
@@ -141,6 +142,7 @@ job=$(job_of "$IT_OUT")
 assert_rc 0 "slurmd's log says the node has no record for it" -- \
   grep -q "telemetry: step $job.0: the sampler exited before the step ended" "$IT_PREFIX"/log/slurmd-saker1.log
 assert_rc 1 "and there is none" -- test -e "$records/$job.telemetry"
+assert_eq "$shm_before" "$(ls -d /dev/shm/saker-telemetry-* 2>/dev/null | sort)" "nor a counters directory left behind"
 sed -i "s|telemetry-sampler=[^ ]*|telemetry-sampler=$sampler|" "$plugstack"
 
 assert_rc 3 "saker-stats: a job without a record exits 3" -- "$stats" --dir "$records" 999999
