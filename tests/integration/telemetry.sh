@@ -89,12 +89,12 @@ assert_rc 0 "saker-train runs 2 ranks on 2 nodes" -- env SAKER_STORE_HOST=127.0.
   srun -v -p all -N2 -n2 "$train" --data "$IT_PREFIX/train.h5" --steps 300 --layers 32,32 --batch 64 --log-every 100 --seed 7
 job=$(job_of "$IT_OUT")
 assert_rc 0 "saker-stats shows the ranks" -- "$stats" --dir "$records" "$job"
+printf '%s\n' "$IT_OUT" | sed 's/^/#   /'
 for n in saker1 saker2; do
   hwm=$(awk -v n="node=$n" '$1 == "step" { on = index($0, " " n " ") > 0 } on && $1 == "cpu" { for (i = 2; i <= NF; i++) if ($i ~ /^rss_hwm=/) print substr($i, 9) }' "$records/$job.telemetry")
   assert_rc 0 "the short-lived rank on $n still has a memory high-water mark ($hwm bytes, from slurmstepd's reaped children)" -- \
     awk -v h="$hwm" 'BEGIN { exit !(h > 1048576) }'
 done
-printf '%s\n' "$IT_OUT" | sed 's/^/#   /'
 for r in 0 1; do
   assert_rc 0 "rank $r has an allreduce share and bytes reduced" -- \
     bash -c "'$stats' --dir '$records' --json $job | /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin); k=[k for s in d[\"steps\"] for k in s[\"ranks\"] if k[\"rank\"]==$r]; sys.exit(not (k and 0 < k[0][\"share\"] <= 1 and k[0][\"bytes\"] > 0 and k[0][\"calls\"] >= 300))'"
