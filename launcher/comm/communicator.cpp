@@ -149,9 +149,12 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
   impl->mesh = std::make_unique<Mesh>(where.rank, std::move(peers), std::move(listener), options.timeout);
   impl->timeline = std::make_unique<Timeline>(options.timeline_path, where.rank);
   impl->transport = Core::resolve(options.transport, impl->topo);
+  impl->counters = std::make_unique<telemetry::CommCountersPublisher>(where.rank, where.size);
   std::string shm = "/saker-" + session;
   impl->user = std::make_unique<Core>(*impl->mesh, impl->topo, 0, shm + "-c0", options, impl->timeline.get());
   impl->fusion = std::make_unique<Core>(*impl->mesh, impl->topo, 1, shm + "-c1", options, impl->timeline.get());
+  impl->user->publish_to(impl->counters.get());
+  impl->fusion->publish_to(impl->counters.get());
   // Everyone has mapped its segments once this barrier passes: remove the names so
   // nothing is left in /dev/shm whatever happens later.
   impl->user->barrier();

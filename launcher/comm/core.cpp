@@ -61,6 +61,8 @@ int Core::ring_size(Transport t) const {
 void Core::allreduce(void* data, std::size_t count, DataType type, ReduceOp op, Transport t,
                      const std::vector<std::size_t>& segs) {
   ReduceOp base = op == ReduceOp::avg ? ReduceOp::sum : op;
+  const bool publish = counters_ && counters_->active();  // SAKER_TELEMETRY_DIR: time each call
+  const auto started = publish ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   std::string args = "{\"bytes\":" + std::to_string(count * size_of(type)) + "}";
   if (t == Transport::ring || mesh_.size() == 1) {
     Timeline::Scope s(timeline_, "ring reduce-scatter+allgather", "transfer", kTidTransfer, args);
@@ -84,6 +86,9 @@ void Core::allreduce(void* data, std::size_t count, DataType type, ReduceOp op, 
     }
   }
   if (op == ReduceOp::avg) reduce::scale_for_avg(data, count, type, mesh_.size());
+  if (publish)
+    counters_->allreduce_done(count * size_of(type), static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                         std::chrono::steady_clock::now() - started).count()));
 }
 
 void Core::broadcast(void* data, std::size_t bytes, int root) { ring_.broadcast(data, bytes, root); }

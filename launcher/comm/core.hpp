@@ -12,6 +12,7 @@
 #include "launcher/comm/shm.hpp"
 #include "launcher/comm/timeline.hpp"
 #include "saker/comm.hpp"
+#include "telemetry/comm_counters.hpp"
 
 namespace saker::comm {
 
@@ -40,6 +41,8 @@ class Core {
   void allgather(const void* send, void* recv, std::size_t bytes);
   void barrier() { ring_.barrier(); }
   void unlink_shm() { if (shm_) shm_->unlink(); }
+  // Where allreduce() adds its bytes and time (SAKER_TELEMETRY_DIR); may stay null.
+  void publish_to(telemetry::CommCountersPublisher* counters) { counters_ = counters; }
 
  private:
   Mesh& mesh_;
@@ -48,6 +51,7 @@ class Core {
   std::unique_ptr<Ring> leaders_;   // node leaders (this rank leads its node)
   std::unique_ptr<ShmGroup> shm_;   // ranks of this node
   Timeline* timeline_;
+  telemetry::CommCountersPublisher* counters_ = nullptr;
 };
 
 }  // namespace saker::comm

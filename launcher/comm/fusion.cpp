@@ -236,6 +236,7 @@ bool FusionEngine::cycle() {
                          "a parameter on some ranks)";
     if (!warned_[name]) {
       warned_[name] = true;
+      comm_.counters->stall();
       if (comm_.where.rank == ranks.front()) log::warn("comm: " + report);
     }
     const bool flagged = std::any_of(lists.begin(), lists.end(), [&](const RankList& l) { return l.expired.count(name) > 0; });

@@ -42,6 +42,7 @@ struct Communicator::Impl {
   std::unique_ptr<Mesh> mesh;
   Topology topo;
   std::unique_ptr<Timeline> timeline;
+  std::unique_ptr<telemetry::CommCountersPublisher> counters;  // SAKER_TELEMETRY_DIR (comm_counters.hpp)
   std::unique_ptr<Core> user;    // channel 0
   std::unique_ptr<Core> fusion;  // channel 1
   Transport transport = Transport::automatic;  // resolved

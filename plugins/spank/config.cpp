@@ -5,7 +5,7 @@
 namespace saker::spank {
 namespace {
 
-constexpr const char* kAcceptedKeys = "accepted: policy=FILE, gpu-affinity=auto|none|explain, topology=FILE, strict, state-dir=DIR";
+const std::string kAcceptedKeys = std::string("accepted: policy=FILE, gpu-affinity=auto|none|explain, topology=FILE, strict, state-dir=DIR, ") + kTelemetryKeys;
 
 std::string need_value(const std::string& arg, const std::string& key, const std::string& value,
                        const std::string& example) {
@@ -47,6 +47,7 @@ Config parse_config(const std::vector<std::string>& args) {
         throw Error(explain("plugstack.conf: bad argument '" + arg + "'", "strict is a flag and takes no value",
                             "write strict, or leave it out"));
       config.strict = true;
+    } else if (parse_telemetry_option(arg, key, value, config.telemetry)) {
     } else {
       throw Error(explain("plugstack.conf: unknown argument '" + arg + "' for spank_saker.so", kAcceptedKeys,
                           "fix or remove the argument"));

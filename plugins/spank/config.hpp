@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "plugins/spank/telemetry_config.hpp"
+
 namespace saker::spank {
 
 // What the remote context does with GPU/CPU/memory/NIC affinity (--gpu-affinity).
@@ -22,6 +24,7 @@ struct Config {
   // state-dir=DIR: root-only directory on each node for the job records the job prolog
   // writes and the launch audit log (DIR/NODE/...; see node_record.hpp).
   std::string state_dir = "/var/spool/saker";
+  TelemetryConfig telemetry;  // telemetry*= keys (telemetry_config.hpp)
 };
 
 // Parses the plugstack arguments. Throws saker::Error naming the bad argument and

@@ -21,6 +21,7 @@ extern "C" {
 #include "plugins/spank/affinity_step.hpp"
 #include "plugins/spank/config.hpp"
 #include "plugins/spank/residency_hook.hpp"
+#include "plugins/spank/telemetry_hook.hpp"
 #include "policies/dataset_ref.hpp"
 
 // SPANK_PLUGIN defines const arrays; in C++ they would get internal linkage and
@@ -127,6 +128,7 @@ extern "C" int slurm_spank_init_post_opt(spank_t sp, int /*argc*/, char** /*argv
         return record_datasets(sp);
       case S_CTX_REMOTE:
         saker::spank::residency_prepare(sp, g_state.config, g_state.datasets);
+        saker::spank::telemetry_start(sp, g_state.config);
         return saker::spank::affinity_prepare_step(sp, g_state.config);
       default:
         return 0;
@@ -166,6 +168,17 @@ extern "C" int slurm_spank_task_init(spank_t sp, int /*argc*/, char** /*argv*/) 
   return saker::plugin::guarded("slurm_spank_task_init", -1, [&] {
     if (const int rc = saker::spank::residency_enforce(sp); rc != 0) return rc;
     if (const int rc = export_policy_path(sp); rc != 0) return rc;
+    saker::spank::telemetry_task_init(sp);
     return saker::spank::affinity_task_init(sp, g_state.config);
   });
+}
+
+// Remote context (slurmstepd): telemetry's sampler stops after the node's last task
+// (telemetry_hook.hpp); slurm_spank_exit is its backstop.
+extern "C" int slurm_spank_task_exit(spank_t sp, int /*argc*/, char** /*argv*/) {
+  return saker::plugin::guarded("slurm_spank_task_exit", 0, [&] { return saker::spank::telemetry_task_exit(sp); });
+}
+
+extern "C" int slurm_spank_exit(spank_t sp, int /*argc*/, char** /*argv*/) {
+  return saker::plugin::guarded("slurm_spank_exit", 0, [&] { return saker::spank::telemetry_exit(sp); });
 }
