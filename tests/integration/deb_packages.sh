@@ -61,6 +61,8 @@ it_at_exit dpkg --purge "${packages[@]}"
 assert_rc 0 "the packages install" -- env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${debs[@]}"
 assert_rc 0 "spank_saker.so is in Slurm's PluginDir" -- test -f "$plugindir/spank_saker.so"
 assert_rc 0 "job_submit_saker.so is in Slurm's PluginDir" -- test -f "$plugindir/job_submit_saker.so"
+assert_rc 0 "the telemetry sampler is where spank_saker.so starts it" -- \
+  bash -c "strings $plugindir/spank_saker.so | grep -q /usr/libexec/saker/saker-sample-step && test -x /usr/libexec/saker/saker-sample-step"
 assert_rc 1 "no libtool .la file is shipped" -- bash -c "dpkg -L ${packages[*]} | grep -q '\.la$'"
 assert_rc 0 "saker-policy --version runs from /usr/bin" -- /usr/bin/saker-policy --version
 assert_contains "$(man -w job_submit_saker 2>&1)" "/usr/share/man/man8/job_submit_saker.8" "man finds job_submit_saker(8)"
@@ -86,7 +88,8 @@ cp "$SAKER_SRCDIR/tests/data/policy/two_zones.yaml" "$policy"
 it_cluster_up --nodes 3 --gpus-per-node 4 --plugin-dir "$plugindir" --policy "$policy" \
   --spank-args "topology=$SAKER_SRCDIR/tests/data/topo-itest-2cpu-4gpu.xml" \
   --partitions "gpu-ae=saker[1-2];cpu-ae=saker[1-2];gpu-eu=saker3;all=saker[1-3]"
-assert_contains "$(cat "$IT_PREFIX/etc/plugstack.conf")" "$plugindir/spank_saker.so" "plugstack.conf loads the installed SPANK plugin"
+spank_so=$(awk '$1 == "required" { print $2 }' "$IT_PREFIX/etc/plugstack.conf")
+assert_rc 0 "plugstack.conf loads the installed SPANK plugin ($spank_so)" -- cmp "$spank_so" "$plugindir/spank_saker.so"
 assert_contains "$(cat "$IT_PREFIX/log/slurmctld.log")" "saker: job_submit/saker loaded" "slurmctld loaded the installed job_submit plugin"
 scontrol update NodeName='saker[1-2]' AvailableFeatures=lustre-ae ActiveFeatures=lustre-ae
 # Policy: restricted data with a grant runs in its zone; in the other zone it is refused.

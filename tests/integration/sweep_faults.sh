@@ -34,7 +34,8 @@ for t in 0 2 3; do [[ $(task_job "$array" $t) == "$array" ]] && pre=$t; done
 it_log "preempting trial $pre (job $(task_job "$array" $pre), array $array)"
 wait_for_line 60 "$dir/trials/$pre/metrics" "^step=100 "
 jobp=$(task_job "$array" $pre)
-assert_rc 0 "USR1 to trial $pre's batch shell (job $jobp)" -- scancel --signal=USR1 -b "$jobp"
+# scancel too takes the array's own id for the whole array: name the task.
+assert_rc 0 "USR1 to trial $pre's batch shell (job $jobp, ${array}_$pre)" -- scancel --signal=USR1 -b "${array}_$pre"
 wait_array "$array" 150
 for t in 0 1 2 3; do
   assert_eq completed "$(trial_state $dir $t)" "trial $t completed"

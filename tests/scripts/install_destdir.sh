@@ -26,7 +26,7 @@ for p in spank_saker job_submit_saker; do
   check "$p.so is in Slurm's PluginDir ($plugindir)" test -f "$(D "$plugindir")/$p.so"
 done
 check "no plugin under \$(libdir)/saker" test ! -e "$(D "$libdir")/saker/spank_saker.so"
-for t in saker-policy saker-ckpt saker-topo saker-run saker-train; do
+for t in saker-policy saker-ckpt saker-topo saker-run saker-train saker-sweep saker-stats; do
   check "$t installed" test -x "$(D "$bindir")/$t"
 done
 check "man pages installed" test -f "$(D "$mandir")/man8/spank_saker.8"
@@ -85,7 +85,7 @@ check "the example policy passes the installed saker-policy check" \
   env LD_LIBRARY_PATH="$(D "$libdir")" "$(D "$bindir")/saker-policy" check "$ex/saker-policy.yaml"
 # Every tool says the same version (saker-cluster is a script with its own copy).
 want=$(env LD_LIBRARY_PATH="$(D "$libdir")" "$(D "$bindir")/saker-policy" --version | awk '{ print $3 }')
-for t in saker-topo saker-ckpt saker-run saker-train saker-cluster; do
+for t in saker-topo saker-ckpt saker-run saker-train saker-sweep saker-stats saker-cluster; do
   got=$(env LD_LIBRARY_PATH="$(D "$libdir")" "$(D "$bindir")/$t" --version 2>/dev/null | awk '{ print $3 }' | tr -d ,) || true
   if [[ -n $want && $got == "${want%,}" ]]; then ok "$t --version says ${want%,}"; else bad "$t --version says '$got', not '${want%,}'"; fi
 done
