@@ -11,6 +11,7 @@
 #include "common/json.hpp"
 #include "policies/model.hpp"
 #include "policies/yaml_doc.hpp"
+#include "policies/yaml_reader.hpp"
 
 namespace saker::policy {
 
@@ -30,54 +31,9 @@ namespace {
 constexpr int kSchemaVersion = 1;
 constexpr std::size_t kMaxNodesPerSet = 100000;
 
-class Reader {
+class Reader : public yaml::Reader {
  public:
-  explicit Reader(const yaml::Document& doc) : doc_(doc) {}
-
-  [[noreturn]] void fail(const Node& at, const std::string& problem, const std::string& expected) const {
-    throw LoadError(doc_.file(), at.mark.line, at.mark.column, problem, expected);
-  }
-
-  void expect(const Node& n, Node::Kind kind, const std::string& what) const {
-    if (n.kind != kind)
-      fail(n, what + " is " + yaml::kind_name(n.kind), std::string(yaml::kind_name(kind)) + " for " + what);
-  }
-
-  // The fields of a mapping; unknown keys are errors (a typo must never disable a rule).
-  std::unordered_map<std::string, const Node*> fields(const Node& n, const std::string& what,
-                                                      std::initializer_list<const char*> allowed,
-                                                      std::initializer_list<const char*> required = {}) const {
-    expect(n, Node::Kind::mapping, what);
-    std::unordered_map<std::string, const Node*> out;
-    for (const auto& [k, v] : n.pairs) {
-      bool ok = false;
-      for (const char* a : allowed) ok = ok || k->scalar == a;
-      if (!ok) {
-        std::string list;
-        for (const char* a : allowed) list += std::string(list.empty() ? "" : ", ") + a;
-        fail(*k, "unknown key '" + k->scalar + "' in " + what, "one of: " + list);
-      }
-      out[k->scalar] = v;
-    }
-    for (const char* r : required)
-      if (out.count(r) == 0) fail(n, what + " has no '" + r + "'", std::string("a '") + r + ":' entry");
-    return out;
-  }
-
-  const std::string& scalar(const Node& n, const std::string& what) const {
-    expect(n, Node::Kind::scalar, what);
-    if (n.scalar.empty()) fail(n, what + " is empty", "a value");
-    return n.scalar;
-  }
-
-  // Names: letters, digits, '.', '_', '-', starting with a letter or digit.
-  const std::string& name(const Node& n, const std::string& what) const {
-    const std::string& s = scalar(n, what);
-    bool ok = std::isalnum(static_cast<unsigned char>(s[0])) != 0 && s.size() <= 128;
-    for (char c : s) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '.' || c == '_' || c == '-');
-    if (!ok) fail(n, "bad " + what + " '" + s + "'", "letters, digits, '.', '_' or '-' (starting with a letter or digit)");
-    return s;
-  }
+  using yaml::Reader::Reader;
 
   std::vector<const Node*> list(const Node& n, const std::string& what) const {
     expect(n, Node::Kind::sequence, what);
@@ -129,8 +85,6 @@ class Reader {
     return out;
   }
 
- private:
-  const yaml::Document& doc_;
 };
 
 struct Compiler {

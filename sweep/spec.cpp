@@ -9,6 +9,7 @@
 #include <map>
 
 #include "policies/yaml_doc.hpp"
+#include "policies/yaml_reader.hpp"
 
 namespace saker::sweep {
 
@@ -59,52 +60,12 @@ namespace {
 constexpr int kSchemaVersion = 1;
 constexpr std::uint64_t kMaxSteps = 1000000000000ull;
 
-class Reader {
+class Reader : public yaml::Reader {
  public:
-  explicit Reader(const yaml::Document& doc) : doc_(doc) {}
+  using yaml::Reader::Reader;
 
-  [[noreturn]] void fail(const Node& at, const std::string& problem, const std::string& expected) const {
-    throw LoadError(doc_.file(), at.mark.line, at.mark.column, problem, expected);
-  }
-
-  void expect(const Node& n, Node::Kind kind, const std::string& what) const {
-    if (n.kind != kind)
-      fail(n, what + " is " + yaml::kind_name(n.kind), std::string(yaml::kind_name(kind)) + " for " + what);
-  }
-
-  // A mapping's fields; an unknown key is an error (a typo must not silently change the sweep).
-  std::map<std::string, const Node*> fields(const Node& n, const std::string& what,
-                                            std::initializer_list<const char*> allowed,
-                                            std::initializer_list<const char*> required = {}) const {
-    expect(n, Node::Kind::mapping, what);
-    std::map<std::string, const Node*> out;
-    for (const auto& [k, v] : n.pairs) {
-      if (std::none_of(allowed.begin(), allowed.end(), [&](const char* a) { return k->scalar == a; })) {
-        std::string list;
-        for (const char* a : allowed) list += std::string(list.empty() ? "" : ", ") + a;
-        fail(*k, "unknown key '" + k->scalar + "' in " + what, "one of: " + list);
-      }
-      out[k->scalar] = v;
-    }
-    for (const char* r : required)
-      if (out.count(r) == 0) fail(n, what + " has no '" + r + "'", std::string("a '") + r + ":' entry");
-    return out;
-  }
-
-  const std::string& scalar(const Node& n, const std::string& what) const {
-    expect(n, Node::Kind::scalar, what);
-    if (n.scalar.empty()) fail(n, what + " is empty", "a value");
-    return n.scalar;
-  }
-
-  // Letters, digits, '.', '_', '-', starting with a letter or digit (file and job names).
-  const std::string& name(const Node& n, const std::string& what) const {
-    const std::string& s = scalar(n, what);
-    bool ok = std::isalnum(static_cast<unsigned char>(s[0])) != 0 && s.size() <= 64;
-    for (char c : s) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '.' || c == '_' || c == '-');
-    if (!ok) fail(n, "bad " + what + " '" + s + "'", "letters, digits, '.', '_' or '-' (starting with a letter or digit)");
-    return s;
-  }
+  // Sweep, parameter and metric names end up in file and job names: at most 64 characters.
+  const std::string& name(const Node& n, const std::string& what) const { return yaml::Reader::name(n, what, 64); }
 
   std::uint64_t whole(const Node& n, const std::string& what, std::uint64_t low, std::uint64_t high) const {
     const std::string& s = scalar(n, what);
@@ -129,8 +90,6 @@ class Reader {
     return n.items;
   }
 
- private:
-  const yaml::Document& doc_;
 };
 
 Param param(const Reader& r, const Node& key, const Node& value) {

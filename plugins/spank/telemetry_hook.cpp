@@ -22,6 +22,7 @@
 
 #include "common/log.hpp"
 #include "plugins/spank/node_record.hpp"
+#include "telemetry/counters_dir.hpp"
 
 namespace saker::spank {
 namespace {
@@ -148,21 +149,6 @@ bool wait_done(int fd, int ms) {
   }
 }
 
-// What the sampler removes at step end when it could not: the ranks' files (the job's
-// user owns the directory; unlinkat never follows what they may have put there).
-void remove_counters_dir(const std::string& dir) {
-  if (dir.empty()) return;
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (dfd < 0) return;
-  if (DIR* d = ::fdopendir(dfd)) {
-    while (const dirent* e = ::readdir(d))
-      if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) ::unlinkat(dfd, e->d_name, 0);
-    ::closedir(d);
-  } else {
-    ::close(dfd);
-  }
-  ::rmdir(dir.c_str());
-}
 
 void stop_sampler(bool wait) {
   if (g_sampler.pid <= 0) return;
@@ -170,7 +156,7 @@ void stop_sampler(bool wait) {
   if (wait_done(g_sampler.done_fd, 0)) {
     log::warn("telemetry: step " + g_sampler.step_name + ": the sampler exited before the step ended, so this node " +
               "has no record for it (check telemetry= and telemetry-sampler= in plugstack.conf)");
-    remove_counters_dir(g_sampler.counters_dir);
+    telemetry::remove_counters_dir(g_sampler.counters_dir);
     wait = false;
   }
   // The signal carries the largest resident size of the tasks slurmstepd has reaped

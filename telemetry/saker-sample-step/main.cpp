@@ -23,6 +23,7 @@
 
 #include "common/error.hpp"
 #include "common/version.hpp"
+#include "telemetry/counters_dir.hpp"
 #include "telemetry/sampler.hpp"
 #include "telemetry/store.hpp"
 
@@ -47,20 +48,6 @@ double process_cpu_seconds() {
   return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
-// Removes what the ranks left in the counters directory, then the directory. unlinkat
-// never follows a link the job's user may have planted.
-void remove_counters_dir(const std::string& dir) {
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (dfd < 0) return;
-  if (DIR* d = ::fdopendir(dfd)) {
-    while (const dirent* e = ::readdir(d))
-      if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) ::unlinkat(dfd, e->d_name, 0);
-    ::closedir(d);
-  } else {
-    ::close(dfd);
-  }
-  ::rmdir(dir.c_str());
-}
 
 std::vector<unsigned> parse_gpus(const std::string& list) {
   std::vector<unsigned> out;
@@ -188,6 +175,6 @@ int main(int argc, char** argv) {
   }
   write_prom(r, false);
   if (!prom_dir.empty()) tel::prune_prometheus(prom_dir, c.info.node, keep);
-  if (!c.counters_dir.empty()) remove_counters_dir(c.counters_dir);
+  tel::remove_counters_dir(c.counters_dir);
   return rc;
 }
