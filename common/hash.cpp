@@ -1,12 +1,15 @@
 #include "common/hash.hpp"
 
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
+// xxHash compiled in (its header-only form), not linked: libxxhash.so was one more
+// library for spank_saker.so to load into every slurmstepd. Same code path (the
+// library's non-dispatching functions are the ones Saker called), same digests.
+#define XXH_INLINE_ALL
 #include <xxhash.h>
 
 #include <cstdio>
 
 #include "common/error.hpp"
+#include "common/sha256.hpp"
 
 namespace saker::hash {
 
@@ -21,20 +24,13 @@ std::string to_hex(const unsigned char* bytes, std::size_t size) {
 }
 
 std::string sha256_hex(std::string_view bytes) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  if (EVP_Digest(bytes.data(), bytes.size(), md, &len, EVP_sha256(), nullptr) != 1)
-    throw Error("sha256: OpenSSL EVP_Digest failed");
-  return to_hex(md, len);
+  const Sha256::Digest md = sha256(bytes);
+  return to_hex(md.data(), md.size());
 }
 
 std::string hmac_sha256_hex(std::string_view key, std::string_view bytes) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  if (HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(bytes.data()),
-           bytes.size(), md, &len) == nullptr)
-    throw Error("hmac-sha256: OpenSSL HMAC failed");
-  return to_hex(md, len);
+  const Sha256::Digest md = hmac_sha256(key, bytes);
+  return to_hex(md.data(), md.size());
 }
 
 std::string Digest128::hex() const {

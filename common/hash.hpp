@@ -1,5 +1,6 @@
 // Hashes Saker relies on: SHA-256 for the tamper-evident audit chain and policy
-// revisions (OpenSSL), XXH3-128 for fast tensor checksums (xxHash).
+// revisions (common/sha256.hpp: no OpenSSL, see why there), XXH3-128 for fast tensor
+// checksums (xxHash, compiled in).
 #pragma once
 
 #include <cstddef>

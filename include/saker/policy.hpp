@@ -5,7 +5,7 @@
 // that (may this job run, where, may this task start on this node, may this checkpoint
 // be written there) is a cheap, thread-safe const call on that object.
 //
-// Users: job_submit_saker.so (evaluate), spank_saker.so (check_launch), libsaker_ckpt
+// Users: job_submit_saker.so (evaluate), spank_saker.so (check_launch_access), libsaker_ckpt
 // (check_checkpoint_destination, encryption_required), saker-policy (everything).
 // This header is stable: additions only.
 #pragma once
@@ -57,6 +57,15 @@ struct JobRequest {
   // job_modify: re-check only where the job may run (residency, GPU placement, locality);
   // access grants were decided at submission, and an update carries no user/account.
   bool placement_only = false;
+};
+
+// Who runs a task, for the access rule (grants), as Slurm recorded the job: never from
+// the task's environment.
+struct Identity {
+  std::uint32_t uid = 0;
+  std::string user;                 // login name
+  std::vector<std::string> groups;  // Unix group names; only consulted by group grants
+  std::string account;
 };
 
 enum class DecisionKind { allow, modify, deny };
@@ -137,6 +146,14 @@ class Policy {
   // allowed zones. Unknown datasets follow the unknown-datasets rule; audit-mode rules
   // allow with a "would deny" message.
   Verdict check_launch(std::string_view node_name, const std::vector<DatasetRef>& datasets) const;
+
+  // The whole launch-time check of access: check_launch's zones, and the grants the
+  // datasets' classifications require (evaluate's access rule) for `who`. No partitions,
+  // no routing, no GPU or locality rules: the job is already placed. A refusal is the
+  // first enforced one (unknown datasets, then zones, then grants); audit-mode rules allow
+  // with their "would deny" notes as the message.
+  Verdict check_launch_access(std::string_view node_name, const std::vector<DatasetRef>& datasets,
+                              const Identity& who) const;
 
   // May a checkpoint of a model trained on these datasets (its lineage) be written to
   // `path`? The path's storage system is found by its mount points (longest prefix).

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <map>
 #include <optional>
-#include <sstream>
+#include <string_view>
 
 #include "common/error.hpp"
 #include "common/hostlist.hpp"
@@ -19,13 +19,31 @@ std::string lower(std::string s) {
   return s;
 }
 
+// The pieces of `text` between separators: every piece as std::getline gives them (an
+// empty piece only before a separator), or with `words`, the non-empty ones as `>>` does.
+// Plain splitting, not std::istringstream: slurmstepd runs this check at every step,
+// and an iostream would build the C++ locale there first (common/file.hpp).
+template <typename IsSeparator>
+std::vector<std::string_view> split(std::string_view text, IsSeparator is_separator, bool words) {
+  std::vector<std::string_view> out;
+  std::size_t start = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (!is_separator(text[i])) continue;
+    if (i > start || !words) out.push_back(text.substr(start, i - start));
+    start = i + 1;
+  }
+  if (start < text.size()) out.push_back(text.substr(start));
+  return out;
+}
+
+bool is_space(char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; }
+
 // KEY=VALUE words of one gres.conf line (keys lower-cased; '#' starts a comment).
-std::map<std::string, std::string> fields(const std::string& line) {
+std::map<std::string, std::string> fields(std::string_view line) {
   std::map<std::string, std::string> out;
-  std::istringstream in(line.substr(0, line.find('#')));
-  for (std::string word; in >> word;) {
+  for (std::string_view word : split(line.substr(0, line.find('#')), is_space, true)) {
     const auto eq = word.find('=');
-    if (eq != std::string::npos) out[lower(word.substr(0, eq))] = word.substr(eq + 1);
+    if (eq != std::string_view::npos) out[lower(std::string(word.substr(0, eq)))] = std::string(word.substr(eq + 1));
   }
   return out;
 }
@@ -55,6 +73,12 @@ IndexList cores_near(const Machine& m, const Gpu& g) {
 bool applies_to(const std::map<std::string, std::string>& f, const std::string& node) {
   const auto it = f.find("nodename");
   if (it == f.end() || node.empty()) return true;
+  // A plain name or list needs no hostlist expansion (libslurm) for each line.
+  if (it->second.find('[') == std::string::npos) {
+    for (std::string_view name : split(it->second, [](char c) { return c == ','; }, true))
+      if (name == node) return true;
+    return false;
+  }
   try {
     const auto names = saker::hostlist::expand(it->second);
     return std::find(names.begin(), names.end(), node) != names.end();
@@ -81,9 +105,8 @@ std::vector<std::string> check_gres_conf(const Machine& m, const std::string& te
   std::vector<std::string> problems;
   std::vector<bool> listed(m.gpus.size(), false);
   std::optional<unsigned> previous;
-  std::istringstream in(text);
   unsigned lineno = 0;
-  for (std::string line; std::getline(in, line);) {
+  for (std::string_view line : split(text, [](char c) { return c == '\n'; }, false)) {
     ++lineno;
     const auto f = fields(line);
     const auto name = f.find("name");
@@ -134,9 +157,7 @@ std::vector<std::string> check_gres_conf(const Machine& m, const std::string& te
                            std::to_string(m.numas[g.numa].os_index) + ")");
     }
     if (const auto links = f.find("links"); links != f.end()) {
-      std::vector<std::string> entries;
-      std::istringstream ls(links->second);
-      for (std::string e; std::getline(ls, e, ',');) entries.push_back(e);
+      const auto entries = split(links->second, [](char c) { return c == ','; }, false);
       if (entries.size() != m.gpus.size())
         problems.push_back(where + ": Links=" + links->second + " has " + std::to_string(entries.size()) +
                            " entries, but the topology has " + std::to_string(m.gpus.size()) + " GPU(s)");

@@ -1,5 +1,6 @@
 #include "plugins/affinity/topology.hpp"
 
+#include <fcntl.h>
 #include <hwloc.h>
 #include <unistd.h>
 
@@ -7,12 +8,11 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <optional>
-#include <sstream>
 
 #include "common/error.hpp"
+#include "common/file.hpp"
 #include "common/log.hpp"
 #include "plugins/affinity/describe.hpp"
 #include "plugins/affinity/hwloc_reason.hpp"
@@ -97,27 +97,25 @@ Machine load_xml_text(const std::string& xml, const std::string& what, const std
   return describe(topo.get(), false);
 }
 
-std::optional<std::string> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  return buf.str();
-}
-
 void write_atomically(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    if (!out.flush()) {
-      ::unlink(tmp.c_str());
-      throw Error(explain("cannot write the topology cache " + tmp, std::strerror(errno),
-                          "check that the directory exists and is writable by root"));
-    }
+  // open/write, not std::ofstream: this runs in slurmstepd (common/file.hpp says why).
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+  int e = fd < 0 ? errno : 0;
+  for (std::size_t done = 0; e == 0 && done < text.size();) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n > 0) done += static_cast<std::size_t>(n);
+    else if (n == 0) e = EIO;
+    else if (errno != EINTR) e = errno;
+  }
+  if (fd >= 0 && ::close(fd) != 0 && e == 0) e = errno;
+  if (e != 0) {
+    ::unlink(tmp.c_str());
+    throw Error(explain("cannot write the topology cache " + tmp, std::strerror(e),
+                        "check that the directory exists and is writable by root"));
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
+    e = errno;
     ::unlink(tmp.c_str());
     throw Error(explain("cannot install the topology cache " + path, std::strerror(e),
                         "check that the directory is writable by root"));
@@ -144,7 +142,7 @@ TopologyPtr live_topology() {
 
 // What changes the live topology: a reboot (new boot id). hwloc's version is in every key.
 std::string boot_id() {
-  auto id = read_file("/proc/sys/kernel/random/boot_id");
+  auto id = file::read("/proc/sys/kernel/random/boot_id");
   return "live:" + id.value_or("unknown-boot");
 }
 
@@ -158,7 +156,7 @@ IndexList Machine::all_pus() const {
 }
 
 Machine load_xml_file(const std::string& path) {
-  auto xml = read_file(path);
+  auto xml = file::read(path);
   if (!xml)
     throw Error(explain("cannot read the topology file " + path, std::strerror(errno),
                         "give an hwloc XML file (`lstopo FILE.xml` writes one)"));
@@ -182,10 +180,10 @@ std::string live_topology_xml() {
 
 Machine load_cached(const TopologySource& source) {
   std::optional<std::string> xml;
-  if (!source.xml_path.empty()) xml = read_file(source.xml_path);
+  if (!source.xml_path.empty()) xml = file::read(source.xml_path);
   const std::uint64_t key = cache_key(xml ? "xml:" + *xml : boot_id());
   if (!source.cache_path.empty())
-    if (auto bytes = read_file(source.cache_path))
+    if (auto bytes = file::read(source.cache_path))
       if (auto cached = decode_machine(*bytes, key)) return std::move(*cached);
   Machine m;
   if (xml) {

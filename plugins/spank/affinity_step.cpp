@@ -5,9 +5,7 @@
 
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <optional>
-#include <sstream>
 #include <string>
 
 extern "C" {
@@ -15,6 +13,7 @@ extern "C" {
 }
 
 #include "common/error.hpp"
+#include "common/file.hpp"
 #include "common/hostlist.hpp"
 #include "common/log.hpp"
 #include "plugins/affinity/binding.hpp"
@@ -118,12 +117,17 @@ aff::Renumbering renumbering() {
   if (conf == nullptr || conf->slurm_conf == nullptr) return aff::Renumbering::detect;
   std::string path = conf->slurm_conf;
   path = path.substr(0, path.rfind('/') + 1) + "cgroup.conf";
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) {
-    std::string squeezed;
-    for (char c : line)
-      if (c != ' ' && c != '\t') squeezed += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    if (squeezed.rfind("constraindevices=yes", 0) == 0) return aff::Renumbering::yes;
+  const auto text = saker::file::read(path);
+  if (!text) return aff::Renumbering::detect;
+  std::string squeezed;  // line by line, without blanks, lower case
+  for (std::size_t i = 0; i <= text->size(); ++i) {
+    const char c = i < text->size() ? (*text)[i] : '\n';
+    if (c == '\n') {
+      if (squeezed.rfind("constraindevices=yes", 0) == 0) return aff::Renumbering::yes;
+      squeezed.clear();
+    } else if (c != ' ' && c != '\t') {
+      squeezed += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    }
   }
   return aff::Renumbering::detect;
 }
@@ -137,11 +141,9 @@ void log_gres_disagreements(const std::string& node, const aff::Machine& machine
   if (conf == nullptr || conf->slurm_conf == nullptr) return;
   std::string path = conf->slurm_conf;
   path = path.substr(0, path.rfind('/') + 1) + "gres.conf";
-  std::ifstream in(path);
-  if (!in) return;
-  std::stringstream text;
-  text << in.rdbuf();
-  for (const auto& problem : aff::check_gres_conf(machine, text.str(), node))
+  const auto text = saker::file::read(path);
+  if (!text) return;
+  for (const auto& problem : aff::check_gres_conf(machine, *text, node))
     log::warn("gres.conf disagrees with the topology: " + problem + " (check with `saker-topo check-gres " + path + "`)");
 }
 

@@ -6,10 +6,10 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
+#include <string_view>
 
 #include "common/error.hpp"
+#include "common/file.hpp"
 
 namespace saker::spank {
 
@@ -27,31 +27,39 @@ std::string one_line(const std::string& s) {
 }  // namespace
 
 std::string format_node_record(const NodeRecord& r) {
-  std::ostringstream out;
-  out << "saker-node-record 1\n"
-      << "job_id=" << r.job_id << "\n"
-      << "uid=" << r.uid << "\n"
-      << "user=" << one_line(r.user) << "\n"
-      << "account=" << one_line(r.account) << "\n"
-      << "datasets=" << policy::format_dataset_list(r.datasets) << "\n"
-      << "problem=" << one_line(r.problem) << "\n"
-      << "verdict=" << one_line(r.verdict) << "\n"
-      << "verdict_message=" << one_line(r.verdict_message) << "\n"
-      << "policy_id=" << one_line(r.policy_id) << "\n";
-  return out.str();
+  return "saker-node-record 1\n"
+         "job_id=" + std::to_string(r.job_id) + "\n" +
+         "uid=" + std::to_string(r.uid) + "\n" +
+         "user=" + one_line(r.user) + "\n" +
+         "account=" + one_line(r.account) + "\n" +
+         "datasets=" + policy::format_dataset_list(r.datasets) + "\n" +
+         "problem=" + one_line(r.problem) + "\n" +
+         "verdict=" + one_line(r.verdict) + "\n" +
+         "verdict_message=" + one_line(r.verdict_message) + "\n" +
+         "policy_id=" + one_line(r.policy_id) + "\n";
 }
 
+// Plain string splitting, not std::istringstream: every task start reads a record, and
+// an iostream would build the C++ locale in slurmstepd first (common/file.hpp).
 NodeRecord parse_node_record(const std::string& text) {
-  std::istringstream in(text);
-  std::string line;
-  if (!std::getline(in, line) || line != "saker-node-record 1")
-    throw Error("node record: not a saker node record (first line '" + line + "')");
+  std::string_view rest(text);
+  auto next_line = [&rest](std::string_view& line) {
+    if (rest.empty()) return false;
+    const auto nl = rest.find('\n');
+    line = rest.substr(0, nl);
+    rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
+    return true;
+  };
+  std::string_view line;
+  if (!next_line(line) || line != "saker-node-record 1")
+    throw Error("node record: not a saker node record (first line '" + std::string(line) + "')");
   NodeRecord r;
   int seen = 0;
-  while (std::getline(in, line)) {
+  while (next_line(line)) {
     const auto eq = line.find('=');
-    if (eq == std::string::npos) throw Error("node record: line without '=': " + line);
-    const std::string key = line.substr(0, eq), value = line.substr(eq + 1);
+    if (eq == std::string_view::npos) throw Error("node record: line without '=': " + std::string(line));
+    const std::string_view key = line.substr(0, eq);
+    const std::string value(line.substr(eq + 1));
     ++seen;
     if (key == "job_id") r.job_id = static_cast<std::uint32_t>(std::stoul(value));
     else if (key == "uid") r.uid = static_cast<std::uint32_t>(std::stoul(value));
@@ -62,7 +70,7 @@ NodeRecord parse_node_record(const std::string& text) {
     else if (key == "verdict") r.verdict = value;
     else if (key == "verdict_message") r.verdict_message = value;
     else if (key == "policy_id") r.policy_id = value;
-    else throw Error("node record: unknown key '" + key + "'");
+    else throw Error("node record: unknown key '" + std::string(key) + "'");
   }
   if (seen != 9) throw Error("node record: " + std::to_string(seen) + " fields, expected 9 (a truncated file?)");
   return r;
@@ -99,14 +107,12 @@ void write_node_record(const std::string& path, const NodeRecord& r) {
 }
 
 std::optional<NodeRecord> read_node_record(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
+  const auto text = file::read(path);
+  if (!text) {
     if (errno == ENOENT) return std::nullopt;
     throw Error("node record: cannot read " + path + ": " + std::strerror(errno));
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_node_record(text.str());
+  return parse_node_record(*text);
 }
 
 }  // namespace saker::spank

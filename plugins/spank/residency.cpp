@@ -6,25 +6,9 @@ namespace saker::spank {
 
 ResidencyVerdict check_residency(const policy::Policy& p, const std::string& node_name,
                                  const std::vector<policy::DatasetRef>& datasets, const LaunchIdentity& who) {
-  ResidencyVerdict v;
-  if (datasets.empty()) return v;
-  const policy::Verdict zone = p.check_launch(node_name, datasets);
-  if (!zone.allowed) return {true, zone.message};
-  // Grants: judged as a submission of these datasets by this user and account, placed
-  // anywhere (no partition): a denial here can only come from access (or an unknown
-  // dataset), since residency is already settled for this node above.
-  policy::JobRequest q;
-  q.uid = who.uid;
-  q.user = who.user;
-  q.groups = who.groups;
-  q.account = who.account;
-  q.datasets = datasets;
-  const policy::Decision d = p.evaluate(q);
-  if (d.kind == policy::DecisionKind::deny) return {true, d.message() + " (user " + who.user + ", account " +
-                                                              (who.account.empty() ? "none" : who.account) + ")"};
-  v.message = zone.message;
-  for (const auto& note : d.would_deny) v.message += (v.message.empty() ? "" : "; ") + note;
-  return v;
+  if (datasets.empty()) return {};
+  const policy::Verdict v = p.check_launch_access(node_name, datasets, who);
+  return {!v.allowed, v.message};
 }
 
 ResidencyVerdict check_residency(const std::string& policy_path, const std::string& node_name,

@@ -22,14 +22,11 @@ struct ResidencyVerdict {
 };
 
 // Who runs the step, from the job's node record (node_record.hpp), never the task env.
-struct LaunchIdentity {
-  std::uint32_t uid = 0;
-  std::string user;
-  std::vector<std::string> groups;
-  std::string account;
-};
+using LaunchIdentity = policy::Identity;
 
-// Loads the policy (once per step, as root in slurmstepd) and checks zones and grants.
+// Loads the policy (as root: in the job prolog, or in slurmstepd when the step declares
+// more than the job or the policy changed) and checks zones and grants
+// (Policy::check_launch_access: the access-only check, no routing).
 // Fails closed: datasets with no loadable policy or an unknown node are refused. No
 // datasets: never refused.
 ResidencyVerdict check_residency(const std::string& policy_path, const std::string& node_name,

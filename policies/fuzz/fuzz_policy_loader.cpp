@@ -15,6 +15,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     q.datasets = saker::policy::parse_dataset_list("a,b@1");
     (void)p->evaluate(q);
     (void)p->check_launch("n1", q.datasets);
+    saker::policy::Identity who;
+    who.user = "u";
+    who.account = "a";
+    who.groups = {"g"};
+    (void)p->check_launch_access("n1", q.datasets, who);
   } catch (const saker::Error&) {
   }
   return 0;

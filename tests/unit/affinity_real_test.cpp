@@ -215,6 +215,23 @@ TEST_CASE("gres.conf check: a matching gres.conf passes, a wrong one is reported
   const auto missing = check_gres_conf(m, "Name=gpu File=/dev/nvidia[0-1] Cores=0-5,6-11\n");
   CHECK(std::any_of(missing.begin(), missing.end(), [](auto& p) { return p.find("GPU 2 (0000:14:00.0) is in the topology but no File= names it") != std::string::npos; }));
   CHECK(check_gres_conf(m, "NodeName=other Name=gpu File=/dev/nvidia9\n", "mirage004").empty());
+  // Every NodeName= form picks this node's lines, and only them: a plain name, a comma
+  // list (both compared without libslurm) and a bracketed hostlist.
+  for (const std::string nodes : {"mirage004", "mirage001,mirage004", "mirage[001-004]", "mirage[003-004],x"}) {
+    INFO(nodes);
+    CHECK(check_gres_conf(m, "NodeName=" + nodes + " Name=gpu File=/dev/nvidia9\n", "mirage004").size() == 1);
+  }
+  for (const std::string nodes : {"mirage0040", "mirage00", "mirage001,mirage005", "mirage[001-003]", ""}) {
+    INFO(nodes);
+    CHECK(check_gres_conf(m, "NodeName=" + nodes + " Name=gpu File=/dev/nvidia9\n", "mirage004").empty());
+  }
+  // Links= entries counted as Slurm reads them: an empty entry between commas counts, a
+  // trailing comma adds none; tabs and CR separate words like blanks.
+  const std::string links_base = "Name=gpu File=/dev/nvidia0 Cores=0-5 Links=";
+  CHECK(check_gres_conf(m, links_base + "-1,0,0,\nName=gpu File=/dev/nvidia[1-2] Cores=6-11\n").empty());
+  CHECK(check_gres_conf(m, links_base + "-1,,0\nName=gpu File=/dev/nvidia[1-2] Cores=6-11\n").empty());
+  CHECK(check_gres_conf(m, links_base + "-1,0\nName=gpu File=/dev/nvidia[1-2] Cores=6-11\n").size() == 1);
+  CHECK(check_gres_conf(m, "Name=gpu\tFile=/dev/nvidia[0-2]\tCores=0-5\r\n").size() == 2);  // Cores wrong for 1 and 2
   CHECK(expand_gres_files("/dev/nvidia[0-1,3]") ==
         std::vector<std::string>{"/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia3"});
 }

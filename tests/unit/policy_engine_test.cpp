@@ -230,6 +230,77 @@ TEST_CASE("launch-time check names node, zone, dataset and allowed zones", "[pol
   CHECK(v.message.find("would deny: node saker3 is in zone eu") != std::string::npos);
 }
 
+namespace {
+
+Identity person(const std::string& user, const std::string& account, std::vector<std::string> groups = {}) {
+  Identity who;
+  who.uid = 1000;
+  who.user = user;
+  who.account = account;
+  who.groups = std::move(groups);
+  return who;
+}
+
+}  // namespace
+
+TEST_CASE("launch access: zones and grants, by class of refusal", "[policy][launch]") {
+  const auto p = site();
+  const auto patients = parse_dataset_list("patients@v3");
+  // Allowed: in zone, with a grant by account (glob), by group (classification), by user.
+  CHECK(p->check_launch_access("saker1", patients, person("bob", "medical")).allowed);
+  CHECK(p->check_launch_access("saker2", patients, person("bob", "physics", {"staff", "clinicians"})).allowed);
+  CHECK(with("users: [alice]", "users: [bob]")->check_launch_access("saker1", parse_dataset_list("patients"),
+                                                                      person("bob", "x")).allowed);
+  // Public data needs neither zone nor grant; nothing declared is never refused.
+  CHECK(p->check_launch_access("saker3", parse_dataset_list("imagenet"), person("bob", "physics")).allowed);
+  CHECK(p->check_launch_access("saker3", {}, person("", "")).allowed);
+  // No grant: named user, account and dataset.
+  auto v = p->check_launch_access("saker1", patients, person("bob", "physics"));
+  CHECK_FALSE(v.allowed);
+  CHECK(v.message == "user bob (account physics) has no grant for restricted dataset patients@v3; a grant in " +
+                         p->source() + " must name the user, the account or one of the user's groups");
+  // No user name recorded: the uid stands in; no account: "none".
+  v = p->check_launch_access("saker1", patients, person("", ""));
+  CHECK_FALSE(v.allowed);
+  CHECK(v.message.rfind("user 1000 (account none) has no grant", 0) == 0);
+  // A group that is not a grant's, and a grant's group only by name prefix, do not count.
+  CHECK_FALSE(p->check_launch_access("saker1", patients, person("bob", "physics", {"clinician", "clinicians2"})).allowed);
+  // Zone before grant: the residency refusal is the one reported.
+  v = p->check_launch_access("saker3", patients, person("bob", "physics"));
+  CHECK_FALSE(v.allowed);
+  CHECK(v.message == "node saker3 is in zone eu (DE); dataset patients@v3 may only be processed in ae (AE)");
+  // A grant does not make a foreign node right, and an unknown node is in no zone.
+  CHECK_FALSE(p->check_launch_access("saker3", patients, person("bob", "medical")).allowed);
+  CHECK_FALSE(p->check_launch_access("saker9", patients, person("bob", "medical")).allowed);
+  CHECK_FALSE(p->check_launch_access("", patients, person("bob", "medical")).allowed);
+  // Unknown datasets and versions follow unknown_datasets (deny here) before anything else.
+  v = p->check_launch_access("saker1", parse_dataset_list("patients@v9"), person("bob", "medical"));
+  CHECK_FALSE(v.allowed);
+  CHECK(v.message.find("has no version v9") != std::string::npos);
+  CHECK_FALSE(p->check_launch_access("saker1", parse_dataset_list("genomes"), person("bob", "medical")).allowed);
+  // One bad dataset among good ones refuses the task.
+  CHECK_FALSE(p->check_launch_access("saker1", parse_dataset_list("imagenet,patients,telemetry"),
+                                     person("bob", "medical")).allowed);
+}
+
+TEST_CASE("launch access: audit-mode rules allow with their notes; no routing, no GPU rules", "[policy][launch]") {
+  const auto audit = with("rules: {residency: enforce, access: enforce, gpu: enforce}",
+                          "rules: {residency: audit, access: audit, gpu: enforce}");
+  const auto v = audit->check_launch_access("saker3", parse_dataset_list("patients"), person("bob", "x"));
+  CHECK(v.allowed);
+  CHECK(v.message.find("would deny: node saker3 is in zone eu (DE)") != std::string::npos);
+  CHECK(v.message.find("would deny: user bob (account x) has no grant") != std::string::npos);
+  // Only access audited: the zone still refuses.
+  const auto access_audit = with("access: enforce", "access: audit");
+  CHECK_FALSE(access_audit->check_launch_access("saker3", parse_dataset_list("patients"), person("bob", "x")).allowed);
+  const auto granted_elsewhere = access_audit->check_launch_access("saker1", parse_dataset_list("patients"), person("bob", "x"));
+  CHECK(granted_elsewhere.allowed);
+  CHECK(granted_elsewhere.message.find("would deny: user bob") != std::string::npos);
+  // The same job evaluate() would route or refuse for its partition is judged only on
+  // where the task is: a node of the CPU-only partition is in the dataset's zone.
+  CHECK(site()->check_launch_access("saker2", parse_dataset_list("patients"), person("bob", "medical")).allowed);
+}
+
 TEST_CASE("checkpoint destinations follow the lineage's residency", "[policy][checkpoint]") {
   const auto p = site();
   const auto lineage = parse_dataset_list("patients@v3");
