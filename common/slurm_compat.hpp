@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <mutex>
 #include <string>
 
 namespace saker::slurm_compat {
@@ -20,6 +21,16 @@ using Hostlist = hostlist_t*;
 #else
 using Hostlist = hostlist_t;
 #endif
+
+// A program calls this once before its first RPC to slurmctld (a plugin never does: the
+// daemon around it has read its configuration). slurm_init() reads slurm.conf and loads the
+// auth and cred plugins; 22.05's libslurm did so on first use, but 24.11's and 26.05's
+// find no plugin directory without it and call fatal(), which exits the program. Call it
+// only inside a job: without a slurm.conf it is fatal too.
+inline void client_init() {
+  static std::once_flag once;
+  std::call_once(once, [] { slurm_init(nullptr); });
+}
 
 // The reason of the last failed libslurm call. slurm_get_errno() is gone in 24.05; it only
 // ever returned errno, which libslurm sets in every release.

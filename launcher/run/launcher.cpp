@@ -13,6 +13,7 @@
 #include "common/error.hpp"
 #include "common/hostlist.hpp"
 #include "common/log.hpp"
+#include "common/slurm_compat.hpp"
 #include "launcher/run/heartbeat.hpp"
 #include "launcher/run/node_loss.hpp"
 #include "launcher/run/node_probe.hpp"
@@ -176,6 +177,8 @@ int run_supervised(const RunOptions& o, const std::string& self) {
                         "submit it in an sbatch script, or run saker-run --local -n N"));
   }
   if (in_slurm) refuse_inside_step();
+  // Every RPC below (node addresses, signals, requeue) needs libslurm initialized.
+  if (in_slurm) slurm_compat::client_init();
   if (!executable(o.program.front())) {
     log::error("saker-run: " + explain("cannot execute " + o.program.front(),
                                        "it is not an executable file (nor found in PATH)",

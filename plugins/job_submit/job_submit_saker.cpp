@@ -4,6 +4,7 @@
 // slurmctld (which would take the controller down for every user).
 #include "config.h"
 
+#include <cerrno>
 #include <cstdlib>
 #include <memory>
 #include <optional>
@@ -167,8 +168,15 @@ extern "C" int job_modify(job_desc_msg_t* job_desc, struct job_record* /*job_ptr
 extern "C" int job_modify(job_desc_msg_t* job_desc, struct job_record* /*job_ptr*/, uint32_t submit_uid) {
   char** err_msg = nullptr;
 #endif
-  return saker::plugin::guarded("job_modify", static_cast<int>(ESLURM_ACCESS_DENIED), [&] {
+  const int rc = saker::plugin::guarded("job_modify", static_cast<int>(ESLURM_ACCESS_DENIED), [&] {
     if (!g_service) return static_cast<int>(ESLURM_ACCESS_DENIED);
     return modify(job_desc, submit_uid, err_msg);
   });
+  // slurmctld 24.11 and 26.05 (_update_job) turn a partition or account change into the
+  // error "errno" when the association lookup finds none, which it never does without
+  // accounting storage: the update then fails with whatever errno this RPC thread last
+  // held (seen: "Resource temporarily unavailable"), or passes when it is 0. An update this
+  // plugin allowed must not fail on a stale errno, so leave none behind.
+  if (rc == SLURM_SUCCESS) errno = 0;
+  return rc;
 }

@@ -68,6 +68,29 @@ bool is_rank_step(spank_t sp) {
 // without it otherwise (the plugin must load in any daemon).
 const slurm_conf_t* daemon_conf() { return static_cast<const slurm_conf_t*>(::dlsym(RTLD_DEFAULT, "slurm_conf")); }
 
+// The path of a file Slurm keeps beside slurm.conf (gres.conf, cgroup.conf), found as Slurm
+// finds it: slurm_get_extra_conf_path() follows SLURM_CONF, the built-in default and a
+// configless node's cached copies. slurm_conf.slurm_conf alone is not enough: slurmstepd of
+// 24.11 and 26.05 receives its configuration from slurmd and leaves that path unset.
+std::string extra_conf_path(const char* name) {
+  using ExtraConfPath = char* (*)(const char*);
+  using XFree = void (*)(void**);
+  auto find = reinterpret_cast<ExtraConfPath>(::dlsym(RTLD_DEFAULT, "slurm_get_extra_conf_path"));
+  auto release = reinterpret_cast<XFree>(::dlsym(RTLD_DEFAULT, "slurm_xfree"));
+  if (find != nullptr && release != nullptr) {
+    char* found = find(name);  // Slurm's allocator: freed by its xfree
+    if (found != nullptr) {
+      std::string path = found;
+      release(reinterpret_cast<void**>(&found));
+      return path;
+    }
+  }
+  const slurm_conf_t* conf = daemon_conf();
+  if (conf == nullptr || conf->slurm_conf == nullptr) return {};
+  const std::string conf_path = conf->slurm_conf;
+  return conf_path.substr(0, conf_path.rfind('/') + 1) + name;
+}
+
 std::string getenv_of(spank_t sp, const char* name) {
   char buf[4096];
   if (spank_getenv(sp, name, buf, sizeof buf) != ESPANK_SUCCESS) return {};
@@ -113,10 +136,8 @@ std::string default_cache_path(const std::string& node) {
 
 // ConstrainDevices=yes renumbers CUDA_VISIBLE_DEVICES from 0 inside the step.
 aff::Renumbering renumbering() {
-  const slurm_conf_t* conf = daemon_conf();
-  if (conf == nullptr || conf->slurm_conf == nullptr) return aff::Renumbering::detect;
-  std::string path = conf->slurm_conf;
-  path = path.substr(0, path.rfind('/') + 1) + "cgroup.conf";
+  const std::string path = extra_conf_path("cgroup.conf");
+  if (path.empty()) return aff::Renumbering::detect;
   const auto text = saker::file::read(path);
   if (!text) return aff::Renumbering::detect;
   std::string squeezed;  // line by line, without blanks, lower case
@@ -134,13 +155,10 @@ aff::Renumbering renumbering() {
 
 // Slurm numbers and binds GPUs by gres.conf, Saker by the topology: when they disagree
 // every rank is shifted, so say so in slurmd's log at each step, from the node's first
-// task (whose environment names the node; the check reads one small file). gres.conf
-// sits next to slurm.conf.
+// task (whose environment names the node; the check reads one small file).
 void log_gres_disagreements(const std::string& node, const aff::Machine& machine) {
-  const slurm_conf_t* conf = daemon_conf();
-  if (conf == nullptr || conf->slurm_conf == nullptr) return;
-  std::string path = conf->slurm_conf;
-  path = path.substr(0, path.rfind('/') + 1) + "gres.conf";
+  const std::string path = extra_conf_path("gres.conf");
+  if (path.empty()) return;
   const auto text = saker::file::read(path);
   if (!text) return;
   for (const auto& problem : aff::check_gres_conf(machine, *text, node))

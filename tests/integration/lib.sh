@@ -13,6 +13,9 @@
 #   SAKER_SRCDIR    source tree (default: two levels above this file)
 #   SAKER_BUILDDIR  build tree with the plugins (default: SAKER_SRCDIR); passed as --build-dir
 #   SAKER_CLUSTER   the saker-cluster script (default: $SAKER_SRCDIR/scripts/saker-cluster)
+#   SAKER_CLUSTER_SLURM  prefix of another Slurm to run instead of Debian's (saker-cluster --slurm;
+#                   scripts/slurm-compat sets it): its bin/ and sbin/ come first on PATH, so the
+#                   tests' srun, sbatch, scontrol ... are that release's, like the daemons
 #   IT_KEEP=1       keep the cluster running (and its files) after the test, for debugging
 #
 # Test scripts must not install their own EXIT trap (it would replace the one that takes the
@@ -26,6 +29,12 @@ declare -g SAKER_BUILDDIR="${SAKER_BUILDDIR:-$SAKER_SRCDIR}"
 declare -g SAKER_CLUSTER="${SAKER_CLUSTER:-$SAKER_SRCDIR/scripts/saker-cluster}"
 declare -g IT_NAME="${IT_NAME:-$(basename "$0" .sh)}"
 declare -g IT_KEEP="${IT_KEEP:-0}"
+declare -g SAKER_CLUSTER_SLURM="${SAKER_CLUSTER_SLURM:-}"
+if [[ -n $SAKER_CLUSTER_SLURM ]]; then
+    # Clients of one release cannot talk to another release's slurmctld.
+    PATH=$SAKER_CLUSTER_SLURM/bin:$SAKER_CLUSTER_SLURM/sbin:$PATH
+    export PATH SAKER_CLUSTER_SLURM
+fi
 
 IT_PASSED=0          # assertions passed so far
 IT_FAILED=0          # assertions failed so far
@@ -245,7 +254,7 @@ it_cluster_up() {
         done
         it_log "bringing up a $nodes-node cluster (attempt $attempt): prefix $IT_PREFIX, ports $IT_PORT_BASE..$((IT_PORT_BASE + nodes))"
         out=$("$SAKER_CLUSTER" up --prefix "$IT_PREFIX" --port-base "$IT_PORT_BASE" \
-            --build-dir "$SAKER_BUILDDIR" "$@" 2>&1) && rc=0 || rc=$?
+            --build-dir "$SAKER_BUILDDIR" ${SAKER_CLUSTER_SLURM:+--slurm "$SAKER_CLUSTER_SLURM"} "$@" 2>&1) && rc=0 || rc=$?
         printf '%s\n' "$out" | sed 's/^/#   /'
         ((rc == 4)) || break    # 4: a port was busy (or taken meanwhile); try another range
     done
@@ -257,6 +266,13 @@ it_cluster_up() {
     export SLURM_CONF=$IT_PREFIX/etc/slurm.conf
     export SAKER_CLUSTER_PREFIX=$IT_PREFIX
     return 0
+}
+
+# it_slurmctld_start: start this cluster's slurmctld again (after a test stopped it), with
+# the daemons' minimal environment and the cluster's own Slurm release.
+it_slurmctld_start() {
+    env -i PATH="${SAKER_CLUSTER_SLURM:+$SAKER_CLUSTER_SLURM/sbin:}/usr/sbin:/usr/bin:/sbin:/bin" HOME=/root \
+        SLURM_CONF="$SLURM_CONF" slurmctld -f "$SLURM_CONF"
 }
 
 # it_cluster_down: take this test's cluster down now (the EXIT trap then has nothing to do).

@@ -227,7 +227,7 @@ ran_in_ae "A47 the dependency chain ran in the zone" "$after"
   pid=$(cat "$IT_PREFIX/run/slurmctld.pid")
   kill "$pid"
   while kill -0 "$pid" 2>/dev/null; do sleep 0.2; done
-  env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root SLURM_CONF="$SLURM_CONF" slurmctld -f "$SLURM_CONF"
+  it_slurmctld_start
   it_wait_for 30 "slurmctld is back" scontrol ping
   assert_rc 1 "A51 an update right after the restart is refused" -- as_user scontrol update jobid="$rs" partition=gpu-eu
   indexed
