@@ -1,0 +1,71 @@
+#include "launcher/comm/tuning.hpp"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include <cerrno>
+#include <cstdlib>
+#include <fstream>
+
+#include "common/error.hpp"
+
+namespace saker::comm {
+namespace {
+
+// Exchanges up to this size busy-poll when the machine has a core for every spinning
+// rank: the 4 KiB allreduce is dominated by wake-ups otherwise. Past it, or when ranks
+// outnumber cores, a spinning rank only delays the copies of the rank it waits for.
+constexpr std::size_t kBusyPollSpare = 8u << 20;
+constexpr std::size_t kBusyPollCrowded = 256u << 10;
+
+bool env_size(const char* name, std::size_t* out) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return false;
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long x = std::strtoull(v, &end, 10);
+  if (errno != 0 || end == v || *end != '\0' || *v == '-')
+    throw Error(explain(std::string(name) + "='" + v + "' is not a byte count", "it must be a whole number >= 0",
+                        "fix or unset the variable"));
+  *out = static_cast<std::size_t>(x);
+  return true;
+}
+
+}  // namespace
+
+int cores_available() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return 1;
+  return std::max(1, CPU_COUNT(&set));
+}
+
+int cores_online() {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? static_cast<int>(n) : 1;
+}
+
+std::string machine_id() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  if (in >> id && !id.empty()) return id;
+  return "unknown";
+}
+
+LinkPlan plan_links(int mine, int online, int ranks_here) {
+  LinkPlan p;
+  ranks_here = std::max(1, ranks_here);
+  // A sender thread needs a core of its own beside every rank's receive loop. A rank
+  // bound to one core (mine == 1) spins only on its own core, which is fine.
+  p.send_thread = mine >= 2 && online >= 2 * ranks_here;
+  p.busy_poll_bytes = online >= ranks_here ? kBusyPollSpare : kBusyPollCrowded;
+  std::size_t v = 0;
+  if (env_size("SAKER_COMM_SEND_THREAD", &v)) p.send_thread = v != 0;
+  env_size("SAKER_COMM_BUSY_POLL_BYTES", &p.busy_poll_bytes);
+  env_size("SAKER_COMM_DIRECT_BYTES", &p.direct_bytes);
+  return p;
+}
+
+}  // namespace saker::comm

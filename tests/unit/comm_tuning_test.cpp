@@ -1,0 +1,53 @@
+// plan_links: how a rank drives its links, from the CPUs it may use and the ranks that
+// share its machine; the environment overrides, and bad values are refused by name.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+
+#include "common/error.hpp"
+#include "launcher/comm/tuning.hpp"
+
+using saker::comm::LinkPlan;
+using saker::comm::plan_links;
+
+TEST_CASE("link plan follows the cores and the ranks sharing them", "[comm][tuning]") {
+  // One rank on a 32-core node: a send thread and busy-polling.
+  LinkPlan big = plan_links(32, 32, 1);
+  CHECK(big.send_thread);
+  CHECK(big.busy_poll_bytes >= (1u << 20));
+  CHECK(big.direct_bytes == LinkPlan::kCalibrate);
+  // Two ranks on two cores (this VM): no core is free for a send thread.
+  CHECK_FALSE(plan_links(2, 2, 2).send_thread);
+  // Bound to one core each: never a second thread; still spins on its own core.
+  LinkPlan bound = plan_links(1, 2, 2);
+  CHECK_FALSE(bound.send_thread);
+  CHECK(bound.busy_poll_bytes == big.busy_poll_bytes);
+  // More ranks than cores: spinning would hold a core another rank's copies need.
+  CHECK(plan_links(2, 2, 4).busy_poll_bytes < big.busy_poll_bytes);
+}
+
+TEST_CASE("link plan overrides from the environment", "[comm][tuning]") {
+  setenv("SAKER_COMM_SEND_THREAD", "1", 1);
+  setenv("SAKER_COMM_DIRECT_BYTES", "0", 1);
+  setenv("SAKER_COMM_BUSY_POLL_BYTES", "0", 1);
+  LinkPlan p = plan_links(1, 1, 8);
+  CHECK(p.send_thread);
+  CHECK(p.direct_bytes == 0);
+  CHECK(p.busy_poll_bytes == 0);
+  for (const char* bad : {"-1", "lots", "12k", ""}) {
+    INFO("SAKER_COMM_DIRECT_BYTES='" << bad << "'");
+    setenv("SAKER_COMM_DIRECT_BYTES", bad, 1);
+    if (*bad) CHECK_THROWS_WITH(plan_links(1, 1, 1), Catch::Contains("SAKER_COMM_DIRECT_BYTES"));
+    else CHECK(plan_links(1, 1, 1).direct_bytes == LinkPlan::kCalibrate);  // empty: unset
+  }
+  unsetenv("SAKER_COMM_SEND_THREAD");
+  unsetenv("SAKER_COMM_DIRECT_BYTES");
+  unsetenv("SAKER_COMM_BUSY_POLL_BYTES");
+}
+
+TEST_CASE("cores and machine identity are measured", "[comm][tuning]") {
+  CHECK(saker::comm::cores_available() >= 1);
+  CHECK(saker::comm::cores_online() >= saker::comm::cores_available());
+  CHECK(saker::comm::machine_id() == saker::comm::machine_id());
+  CHECK(saker::comm::machine_id().find(' ') == std::string::npos);  // one token in the rendezvous entry
+}
