@@ -321,12 +321,14 @@ int main(int argc, char** argv) {
         run("mkdir -p " + fstore + " && " + spawn(dir + "bench_allreduce_gloo " + fstore, np, gloo_env, false, bind, wire) +
                 "; rm -rf " + fstore, gloo, "gloo");
         if (np == 2) {  // the bound, in the same round
-          std::string bport = std::to_string(port++);
+          std::string pf = "/tmp/saker-bench-bound-" + std::to_string(getpid()) + "-" + std::to_string(r);
           auto bound_env = [&](int rank) {
-            return "BOUND_RANK=" + std::to_string(rank) + " BOUND_PORT=" + bport + (wire.on() ? " BOUND_ADDR=" + wire.at(0) : "");
+            return "BOUND_RANK=" + std::to_string(rank) + " BOUND_PORTFILE=" + pf + (wire.on() ? " BOUND_ADDR=" + wire.at(0) : "");
           };
           Samples none;
+          unlink(pf.c_str());
           run(spawn(self + " --worker-bound", 2, bound_env, false, bind, wire), none, "bound", &bound);
+          unlink(pf.c_str());
         }
       }
       Figure st = spread(bound["stream"]), mc = spread(bound["memcpy"]);

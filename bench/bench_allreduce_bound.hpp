@@ -5,8 +5,8 @@
 // (every byte of busbw crosses such a stream); the second bounds the shared-memory
 // path and every copy the kernel makes for a loopback stream.
 //
-// Two processes (BOUND_RANK 0 and 1) meet on 127.0.0.1:BOUND_PORT (or BOUND_ADDR for
-// an emulated wire); each sends kStreamBytes while it receives as much, 7 times, in
+// Two processes (BOUND_RANK 0 and 1) meet on 127.0.0.1 (or BOUND_ADDR for an emulated
+// wire), at the port rank 0 writes to BOUND_PORTFILE; each sends kStreamBytes while it receives as much, 7 times, in
 // each of two ways: a sender thread beside a blocking receive (best with a spare
 // core), and one thread alternating non-blocking sends and receives (best when the
 // ranks already fill the cores). Rank 0 prints "stream <GB/s median> <min> <max>" per
@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -88,43 +89,59 @@ inline void print_stats(const char* what, std::vector<double>& v) {
 // One end of the bound measurement; returns the process's exit status.
 inline int bound_worker() {
   const char* r = std::getenv("BOUND_RANK");
-  const char* p = std::getenv("BOUND_PORT");
-  if (!r || !p) {
-    std::fprintf(stderr, "bench: --worker-bound needs BOUND_RANK and BOUND_PORT\n");
+  const char* pf = std::getenv("BOUND_PORTFILE");
+  if (!r || !pf) {
+    std::fprintf(stderr, "bench: --worker-bound needs BOUND_RANK and BOUND_PORTFILE\n");
     return 2;
   }
-  int rank = std::atoi(r), port = std::atoi(p);
+  int rank = std::atoi(r);
   const char* addr_env = std::getenv("BOUND_ADDR");
   std::string addr = addr_env && *addr_env ? addr_env : "127.0.0.1";
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
-  sa.sin_port = htons(static_cast<std::uint16_t>(port));
   if (inet_pton(AF_INET, addr.c_str(), &sa.sin_addr) != 1) {
     std::fprintf(stderr, "bench: BOUND_ADDR='%s' is not an IPv4 address\n", addr.c_str());
     return 2;
   }
+  // Rank 0 listens on a port the kernel picks and writes it to BOUND_PORTFILE (a fixed
+  // port may be some other connection's ephemeral port on a shared machine).
   int fd = -1;
   if (rank == 0) {
-    int l = socket(AF_INET, SOCK_STREAM, 0), one = 1;
-    setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(l, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 || listen(l, 1) != 0) {
-      std::fprintf(stderr, "bench: cannot listen on %s:%d: %s\n", addr.c_str(), port, std::strerror(errno));
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    socklen_t len = sizeof sa;
+    if (bind(l, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 || listen(l, 1) != 0 ||
+        getsockname(l, reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
+      std::fprintf(stderr, "bench: cannot listen on %s: %s\n", addr.c_str(), std::strerror(errno));
       return 1;
     }
+    std::string tmp = std::string(pf) + ".tmp";
+    FILE* f = std::fopen(tmp.c_str(), "w");
+    if (!f) return 1;
+    std::fprintf(f, "%d\n", ntohs(sa.sin_port));
+    std::fclose(f);
+    std::rename(tmp.c_str(), pf);
     fd = accept(l, nullptr, nullptr);
     close(l);
   } else {
-    for (int i = 0; i < 500 && fd < 0; ++i) {
-      fd = socket(AF_INET, SOCK_STREAM, 0);
-      if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
-        close(fd);
-        fd = -1;
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    for (int i = 0; i < 1000 && fd < 0; ++i) {
+      int port = 0;
+      if (FILE* f = std::fopen(pf, "r")) {
+        if (std::fscanf(f, "%d", &port) != 1) port = 0;
+        std::fclose(f);
       }
+      if (port > 0) {
+        sa.sin_port = htons(static_cast<std::uint16_t>(port));
+        fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+          close(fd);
+          fd = -1;
+        }
+      }
+      if (fd < 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   }
   if (fd < 0) {
-    std::fprintf(stderr, "bench: bound stream could not connect to %s:%d\n", addr.c_str(), port);
+    std::fprintf(stderr, "bench: the bound's stream could not connect to %s (port from %s)\n", addr.c_str(), pf);
     return 1;
   }
   int one = 1;
