@@ -100,6 +100,9 @@ constexpr auto kBusyPoll = std::chrono::microseconds(200);
 // Sizes the calibration times, and how often each.
 constexpr std::size_t kCalibrationSizes[] = {4096, 16384, 65536, 262144, 1u << 20};
 constexpr int kCalibrationReps = 3;
+// The exchange holds every member's whole buffer: only while that stays small.
+constexpr std::size_t kExchangeHeld = 8u << 20;
+bool exchange_fits(int n, std::size_t bytes) { return static_cast<std::size_t>(n - 1) * bytes <= kExchangeHeld; }
 
 }  // namespace
 
@@ -206,10 +209,12 @@ void Ring::allreduce(void* data, std::size_t count, DataType type, ReduceOp op, 
   if (n == 1 || count == 0) return;
   if (seg.empty()) seg = even_split(count, n);
   SAKER_ASSERT(seg.size() == static_cast<std::size_t>(n) + 1 && seg.back() == count, "bad ring segments");
-  if (plan_.direct_bytes == LinkPlan::kCalibrate) calibrate();
-  // Every member has the same plan_.direct_bytes (calibrate() agrees on it), so every
-  // member takes the same path; both give the same bits.
-  if (count * size_of(type) <= plan_.direct_bytes) allreduce_direct(static_cast<char*>(data), seg, type, op);
+  if (plan_.direct_bytes == LinkPlan::kCalibrate || plan_.exchange_bytes == LinkPlan::kCalibrate) calibrate();
+  // Every member has the same limits (calibrate() agrees on them), so every member
+  // takes the same path; all three give the same bits.
+  std::size_t bytes = count * size_of(type);
+  if (exchange_fits(n, bytes) && bytes <= plan_.exchange_bytes) allreduce_exchange(static_cast<char*>(data), seg, type, op);
+  else if (bytes <= plan_.direct_bytes) allreduce_direct(static_cast<char*>(data), seg, type, op);
   else allreduce_ring(static_cast<char*>(data), seg, type, op);
 }
 
@@ -271,6 +276,33 @@ void Ring::allreduce_direct(char* base, const std::vector<std::size_t>& seg, Dat
   for (int j = 0; j < n; ++j)
     if (j != index_) xs.push_back({members_[static_cast<std::size_t>(j)], at(mine), piece, at(mod(j + 1)), len(mod(j + 1))});
   exchange_all(xs, "allreduce");
+}
+
+void Ring::allreduce_exchange(char* base, const std::vector<std::size_t>& seg, DataType type, ReduceOp op) {
+  int n = size();
+  std::size_t es = size_of(type), bytes = seg.back() * es;
+  auto mod = [n](int x) { return ((x % n) + n) % n; };
+  if (tmp_.size() < bytes * static_cast<std::size_t>(n)) tmp_.resize(bytes * static_cast<std::size_t>(n));
+  std::vector<Transfer> xs;
+  for (int j = 0; j < n; ++j)
+    if (j != index_) xs.push_back({members_[static_cast<std::size_t>(j)], base, bytes, tmp_.data() + static_cast<std::size_t>(j) * bytes, bytes});
+  exchange_all(xs, "allreduce");
+  // Member j's term of element i: in place for this rank, else in j's slot.
+  auto term = [&](int j, std::size_t elem) {
+    return (j == index_ ? base : tmp_.data() + static_cast<std::size_t>(j) * bytes) + elem * es;
+  };
+  for (int s = 0; s < n; ++s) {
+    std::size_t first = seg[static_cast<std::size_t>(s)], count = seg[static_cast<std::size_t>(s) + 1] - first;
+    if (count == 0) continue;
+    // The ring's order for segment s (see allreduce_ring): x[s], then x[s+k] op that.
+    char* acc = term(s, first);
+    for (int k = 1; k < n; ++k) {
+      char* t = term(mod(s + k), first);
+      reduce::accumulate(t, acc, count, type, op);
+      acc = t;
+    }
+    if (acc != base + first * es) std::memcpy(base + first * es, acc, count * es);
+  }
 }
 
 void Ring::exchange_all(std::vector<Transfer>& xs, const char* during) {
@@ -336,26 +368,35 @@ void Ring::exchange_all(std::vector<Transfer>& xs, const char* during) {
 void Ring::calibrate() {
   int n = size();
   constexpr std::size_t kSizes = std::size(kCalibrationSizes);
-  // times[2*i] ring, times[2*i+1] direct: this rank's best of kCalibrationReps.
-  std::vector<double> times(2 * kSizes, 1e30);
+  constexpr std::size_t kAlgos = 3;  // ring, direct, exchange
+  // times[kAlgos*i + a]: this rank's best of kCalibrationReps (1e30: not tried).
+  std::vector<double> times(kAlgos * kSizes, 1e30);
   std::vector<float> buf(kCalibrationSizes[kSizes - 1] / sizeof(float), 0.0f);
   for (std::size_t i = 0; i < kSizes; ++i) {
     std::size_t count = kCalibrationSizes[i] / sizeof(float);
     auto seg = even_split(count, n);
+    char* p = reinterpret_cast<char*>(buf.data());
     for (int rep = 0; rep < kCalibrationReps; ++rep)
-      for (int direct = 0; direct < 2; ++direct) {
+      for (std::size_t a = 0; a < kAlgos; ++a) {
+        if (a == 2 && !exchange_fits(n, kCalibrationSizes[i])) continue;
         auto t0 = net::Clock::now();
-        if (direct) allreduce_direct(reinterpret_cast<char*>(buf.data()), seg, DataType::f32, ReduceOp::sum);
-        else allreduce_ring(reinterpret_cast<char*>(buf.data()), seg, DataType::f32, ReduceOp::sum);
+        if (a == 0) allreduce_ring(p, seg, DataType::f32, ReduceOp::sum);
+        else if (a == 1) allreduce_direct(p, seg, DataType::f32, ReduceOp::sum);
+        else allreduce_exchange(p, seg, DataType::f32, ReduceOp::sum);
         double s = std::chrono::duration<double>(net::Clock::now() - t0).count();
-        times[2 * i + static_cast<std::size_t>(direct)] = std::min(times[2 * i + static_cast<std::size_t>(direct)], s);
+        times[kAlgos * i + a] = std::min(times[kAlgos * i + a], s);
       }
   }
   // Agree: the slowest member's times decide (the ring algorithm, whatever the plan).
   allreduce_ring(reinterpret_cast<char*>(times.data()), even_split(times.size(), n), DataType::f64, ReduceOp::max);
-  // Direct up to the largest calibrated size below which it never lost.
+  // Each small algorithm serves the calibrated sizes up to the first where it lost:
+  // the exchange while it beats both others, the direct one while it beats the ring.
+  auto t = [&](std::size_t i, std::size_t a) { return times[kAlgos * i + a]; };
+  plan_.exchange_bytes = 0;
+  for (std::size_t i = 0; i < kSizes && t(i, 2) <= std::min(t(i, 0), t(i, 1)); ++i) plan_.exchange_bytes = kCalibrationSizes[i];
   plan_.direct_bytes = 0;
-  for (std::size_t i = 0; i < kSizes && times[2 * i + 1] <= times[2 * i]; ++i) plan_.direct_bytes = kCalibrationSizes[i];
+  for (std::size_t i = 0; i < kSizes && (kCalibrationSizes[i] <= plan_.exchange_bytes || t(i, 1) <= t(i, 0)); ++i)
+    plan_.direct_bytes = kCalibrationSizes[i];
 }
 
 void Ring::allgather(const void* send, void* recv, std::size_t bytes) {

@@ -8,9 +8,11 @@
 //
 // Small allreduces take a direct algorithm instead: every rank sends each segment
 // straight to the rank that owns it, which reduces the pieces in the ring's order,
-// then sends the result to everyone: two steps instead of 2(n-1), the same bytes, and
-// bitwise the same result as the ring (the same operands in the same order). So the
-// size where it stops paying can be measured (collectively, on first use: all ranks
+// then sends the result to everyone: two steps instead of 2(n-1), the same bytes. The
+// smallest take the exchange: every rank sends its whole buffer to every other and
+// reduces all segments itself, each in the ring's order: one step, (n-1)x the bytes.
+// Both give bitwise the ring's result (the same operands in the same order), so the
+// sizes where they stop paying can be measured (collectively, on first use: all ranks
 // must agree on the algorithm) without making results depend on the measurement.
 #pragma once
 
@@ -39,14 +41,15 @@ class Ring {
   void barrier();
 
   static std::vector<std::size_t> even_split(std::size_t count, int parts);
-  // Allreduces up to this many bytes take the direct algorithm (after calibration).
-  std::size_t direct_bytes() const { return plan_.direct_bytes; }
+  const LinkPlan& plan() const { return plan_; }
 
  private:
   void allreduce_ring(char* base, const std::vector<std::size_t>& seg, DataType type, ReduceOp op);
   void allreduce_direct(char* base, const std::vector<std::size_t>& seg, DataType type, ReduceOp op);
-  // Times both algorithms on a few sizes, agrees on the slowest rank's times and sets
-  // plan_.direct_bytes. Collective: runs inside the first allreduce on every member.
+  void allreduce_exchange(char* base, const std::vector<std::size_t>& seg, DataType type, ReduceOp op);
+  // Times the three algorithms on a few sizes, agrees on the slowest rank's times and
+  // sets plan_.exchange_bytes and direct_bytes. Collective: runs inside the first
+  // allreduce on every member.
   void calibrate();
   // One transfer per peer, all at once (the direct algorithm's steps).
   struct Transfer {

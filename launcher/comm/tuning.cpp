@@ -64,7 +64,10 @@ LinkPlan plan_links(int mine, int online, int ranks_here) {
   std::size_t v = 0;
   if (env_size("SAKER_COMM_SEND_THREAD", &v)) p.send_thread = v != 0;
   env_size("SAKER_COMM_BUSY_POLL_BYTES", &p.busy_poll_bytes);
-  env_size("SAKER_COMM_DIRECT_BYTES", &p.direct_bytes);
+  bool direct = env_size("SAKER_COMM_DIRECT_BYTES", &p.direct_bytes);
+  bool exchange = env_size("SAKER_COMM_EXCHANGE_BYTES", &p.exchange_bytes);
+  if (direct && !exchange) p.exchange_bytes = 0;
+  if (exchange && !direct) p.direct_bytes = 0;
   return p;
 }
 

@@ -19,9 +19,12 @@ namespace saker::comm {
 struct LinkPlan {
   bool send_thread = false;         // large sends on their own thread
   std::size_t busy_poll_bytes = 0;  // exchanges up to this size spin (yielding) before sleeping
-  // Allreduces up to this size take the direct algorithm (two steps), larger ones the
-  // ring (2(n-1) steps). kCalibrate: measured collectively on first use.
+  // Allreduces up to exchange_bytes take the one-step exchange (every rank gets every
+  // buffer and reduces all of it), then up to direct_bytes the two-step direct
+  // algorithm, larger ones the ring (2(n-1) steps); see ring.hpp. kCalibrate: measured
+  // collectively on first use.
   std::size_t direct_bytes = kCalibrate;
+  std::size_t exchange_bytes = kCalibrate;
   static constexpr std::size_t kCalibrate = ~std::size_t{0};
 };
 

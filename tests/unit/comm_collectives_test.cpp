@@ -166,13 +166,14 @@ TEST_CASE("allreduce is bitwise reproducible for a fixed world size", "[comm][de
   }
 }
 
-// The ring and the direct algorithm (small allreduces) must give the same bits, so that
-// the size where one hands over to the other can be measured at run time without
-// making results depend on the measurement. Values that expose operand order: random
+// The ring, the direct algorithm and the exchange (small allreduces) must give the same
+// bits, so that the sizes where one hands over to the next can be measured at run time
+// without making results depend on the measurement. Values that expose operand order: random
 // magnitudes (sum), signed zeros and NaNs with different payloads (min, max, sum).
 TEST_CASE("direct and ring allreduce give bitwise identical results", "[comm][determinism]") {
-  auto run = [](int n, const char* direct_bytes, DataType type, ReduceOp op, std::size_t count) {
+  auto run = [](int n, const char* direct_bytes, const char* exchange_bytes, DataType type, ReduceOp op, std::size_t count) {
     setenv("SAKER_COMM_DIRECT_BYTES", direct_bytes, 1);
+    setenv("SAKER_COMM_EXCHANGE_BYTES", exchange_bytes, 1);
     std::vector<std::string> nodes;  // one rank per node: the ring transport's own case
     for (int r = 0; r < n; ++r) nodes.push_back("n" + std::to_string(r));
     std::vector<std::vector<char>> results(static_cast<std::size_t>(n));
@@ -200,6 +201,7 @@ TEST_CASE("direct and ring allreduce give bitwise identical results", "[comm][de
       results[static_cast<std::size_t>(c.rank())] = v;
     }, test::quick_options(), nodes);
     unsetenv("SAKER_COMM_DIRECT_BYTES");
+    unsetenv("SAKER_COMM_EXCHANGE_BYTES");
     return results;
   };
   for (int n : {2, 3, 4, 5})
@@ -207,9 +209,11 @@ TEST_CASE("direct and ring allreduce give bitwise identical results", "[comm][de
       for (ReduceOp op : {ReduceOp::sum, ReduceOp::min, ReduceOp::max})
         for (std::size_t count : {std::size_t{3}, std::size_t{1001}, std::size_t{20011}}) {
           INFO("n=" << n << " " << name_of(type) << " " << name_of(op) << " count=" << count);
-          auto ring = run(n, "0", type, op, count), direct = run(n, "1000000000", type, op, count);
+          auto ring = run(n, "0", "0", type, op, count), direct = run(n, "1000000000", "0", type, op, count),
+               exchange = run(n, "0", "1000000000", type, op, count);
           for (int r = 0; r < n; ++r) {
             REQUIRE(ring[static_cast<std::size_t>(r)] == direct[static_cast<std::size_t>(r)]);
+            REQUIRE(ring[static_cast<std::size_t>(r)] == exchange[static_cast<std::size_t>(r)]);
             REQUIRE(ring[static_cast<std::size_t>(r)] == ring[0]);
           }
         }

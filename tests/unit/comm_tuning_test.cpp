@@ -16,6 +16,7 @@ TEST_CASE("link plan follows the cores and the ranks sharing them", "[comm][tuni
   CHECK(big.send_thread);
   CHECK(big.busy_poll_bytes >= (1u << 20));
   CHECK(big.direct_bytes == LinkPlan::kCalibrate);
+  CHECK(big.exchange_bytes == LinkPlan::kCalibrate);
   // Two ranks on two cores (this VM): no core is free for a send thread.
   CHECK_FALSE(plan_links(2, 2, 2).send_thread);
   // Bound to one core each: never a second thread; still spins on its own core.
@@ -33,6 +34,7 @@ TEST_CASE("link plan overrides from the environment", "[comm][tuning]") {
   LinkPlan p = plan_links(1, 1, 8);
   CHECK(p.send_thread);
   CHECK(p.direct_bytes == 0);
+  CHECK(p.exchange_bytes == 0);  // one limit given: the other is off, nothing is calibrated
   CHECK(p.busy_poll_bytes == 0);
   for (const char* bad : {"-1", "lots", "12k", ""}) {
     INFO("SAKER_COMM_DIRECT_BYTES='" << bad << "'");
