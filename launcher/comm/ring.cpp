@@ -124,7 +124,13 @@ void Ring::exchange(const void* sbuf, std::size_t slen, void* rbuf, std::size_t 
   // Chunks hold whole elements so that a chunk can be reduced on its own.
   std::size_t chunk = std::max(elem, chunk_ / elem * elem);
   std::unique_ptr<SendThread> sender;
-  if (plan_.send_thread && !forward && rlen > 0 && slen >= kThreadedSendBytes) {
+  // A send thread or one loop: forced by the plan, else timed per size class (the
+  // reduce-scatter's exchanges, which also reduce, apart from the allgather's).
+  const bool eligible = !forward && rlen > 0 && slen >= kThreadedSendBytes;
+  TimedChoice& choice = send_thread_[on_chunk ? 0 : 1];
+  const bool threaded = eligible && (plan_.send_thread >= 0 ? plan_.send_thread == 1 : choice.second(slen));
+  const auto started = net::Clock::now();
+  if (threaded) {
     sender = std::make_unique<SendThread>(mesh_, sfd, sp, slen);
     sent = slen;  // the thread owns the send side from here
   }
@@ -202,6 +208,8 @@ void Ring::exchange(const void* sbuf, std::size_t slen, void* rbuf, std::size_t 
     // Received everything; the rest of our send is in the kernel or about to be.
     if (sender->failed() || !sender->join().empty()) sender_failed();
   }
+  if (eligible && plan_.send_thread < 0)
+    choice.record(slen, threaded, std::chrono::duration<double>(net::Clock::now() - started).count());
 }
 
 void Ring::allreduce(void* data, std::size_t count, DataType type, ReduceOp op, std::vector<std::size_t> seg) {

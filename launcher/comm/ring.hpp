@@ -80,6 +80,7 @@ class Ring {
   int channel_;
   std::size_t chunk_;
   LinkPlan plan_;
+  TimedChoice send_thread_[2];  // reduce-scatter and allgather exchanges: timed apart
   std::vector<char> tmp_;
 };
 

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 
 #include <cerrno>
 #include <cstdlib>
@@ -35,6 +36,26 @@ bool env_size(const char* name, std::size_t* out) {
 
 }  // namespace
 
+double TimedChoice::Recent::best() const {
+  double m = seconds_per_byte[0];
+  for (double v : seconds_per_byte) m = v > 0 && (m == 0 || v < m) ? v : m;
+  return m;
+}
+
+bool TimedChoice::second(std::size_t bytes) const {
+  const Stats& s = by_size_[static_cast<std::size_t>(std::bit_width(bytes))];
+  if (s.calls < 9) return s.calls != 0 && s.calls % 2 == 0;  // a cold first call, then each in turn, four times
+  bool best = s.mode[1].best() < s.mode[0].best();
+  return s.calls % 32 == 0 ? !best : best;  // look at the other one now and then
+}
+
+void TimedChoice::record(std::size_t bytes, bool second, double seconds) {
+  Stats& s = by_size_[static_cast<std::size_t>(std::bit_width(bytes))];
+  Recent& r = s.mode[second ? 1 : 0];
+  if (s.calls++ == 0) return;  // first touches and page faults say nothing about the choice
+  r.seconds_per_byte[r.next++ % r.seconds_per_byte.size()] = seconds / static_cast<double>(bytes);
+}
+
 int cores_available() {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -57,12 +78,11 @@ std::string machine_id() {
 LinkPlan plan_links(int mine, int online, int ranks_here) {
   LinkPlan p;
   ranks_here = std::max(1, ranks_here);
-  // A sender thread needs a core of its own beside every rank's receive loop. A rank
-  // bound to one core (mine == 1) spins only on its own core, which is fine.
-  p.send_thread = mine >= 2 && online >= 2 * ranks_here;
+  // A rank bound to one core (mine == 1) spins only on its own core, which is fine.
+  (void)mine;
   p.busy_poll_bytes = online >= ranks_here ? kBusyPollSpare : kBusyPollCrowded;
   std::size_t v = 0;
-  if (env_size("SAKER_COMM_SEND_THREAD", &v)) p.send_thread = v != 0;
+  if (env_size("SAKER_COMM_SEND_THREAD", &v)) p.send_thread = v != 0 ? 1 : 0;
   env_size("SAKER_COMM_BUSY_POLL_BYTES", &p.busy_poll_bytes);
   bool direct = env_size("SAKER_COMM_DIRECT_BYTES", &p.direct_bytes);
   bool exchange = env_size("SAKER_COMM_EXCHANGE_BYTES", &p.exchange_bytes);

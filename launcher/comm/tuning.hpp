@@ -7,17 +7,46 @@
 // loopback or a fast NIC every byte is copied by the kernel on both ends, so a rank is
 // CPU-bound. A second thread for sends doubles a rank's copy rate only when a core is
 // free for it; a busy-polling loop hides a ~50 us wake-up only while it does not take
-// the core that another rank's copies need. So both follow from how many cores this
-// process may use and how many ranks share this machine.
+// the core that another rank's copies need. Polling follows from how many cores this
+// process may use and how many ranks share this machine; the send thread is timed.
 #pragma once
 
+#include <array>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace saker::comm {
 
+// Which of two ways of doing the same thing is faster here, per power-of-two size
+// class, from the timings of this rank's own calls. After a cold first call and four
+// calls with each, the faster one by the best of its last four timed calls: slow
+// outliers from a busy machine do not count, a lasting change (placement, load) does
+// within four calls; the other one is tried every 32nd call. Only for choices that
+// never change a result and that ranks need not agree on.
+class TimedChoice {
+ public:
+  bool second(std::size_t bytes) const;
+  void record(std::size_t bytes, bool second, double seconds);
+
+ private:
+  struct Recent {
+    std::array<double, 4> seconds_per_byte{};  // 0: not measured yet
+    unsigned next = 0;
+    double best() const;
+  };
+  struct Stats {
+    Recent mode[2];  // first, second
+    std::uint64_t calls = 0;
+  };
+  std::array<Stats, 65> by_size_{};
+};
+
 struct LinkPlan {
-  bool send_thread = false;         // large sends on their own thread
+  // Large sends on a thread of their own: 1 or 0 forced, -1 measured per size class
+  // (TimedChoice): on the 2-vCPU machine profiled it won 2-4x at 4 MiB, bound or not,
+  // though the ranks had no spare core for it.
+  int send_thread = -1;
   std::size_t busy_poll_bytes = 0;  // exchanges up to this size spin (yielding) before sleeping
   // Allreduces up to exchange_bytes take the one-step exchange (every rank gets every
   // buffer and reduces all of it), then up to direct_bytes the two-step direct
