@@ -27,12 +27,12 @@ static std::vector<int> all_ranks(int n) {
   return v;
 }
 
-// How this rank drives its links: from the CPUs it may use and the ranks of the job
-// that share this machine's CPUs (tuning.hpp).
+// How this rank drives its links: from the machine's CPUs and the ranks of the job
+// that share them (tuning.hpp).
 static LinkPlan plan_for(const Mesh& mesh) {
   int here = 0;
   for (int r = 0; r < mesh.size(); ++r) here += mesh.peer(r).machine == mesh.peer(mesh.rank()).machine ? 1 : 0;
-  return plan_links(cores_available(), cores_online(), here);
+  return plan_links(cores_online(), here);
 }
 
 Core::Core(Mesh& mesh, const Topology& topo, int channel, const std::string& shm_name, const Options& options,

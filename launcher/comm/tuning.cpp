@@ -1,6 +1,5 @@
 #include "launcher/comm/tuning.hpp"
 
-#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -56,13 +55,6 @@ void TimedChoice::record(std::size_t bytes, bool second, double seconds) {
   r.seconds_per_byte[r.next++ % r.seconds_per_byte.size()] = seconds / static_cast<double>(bytes);
 }
 
-int cores_available() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return 1;
-  return std::max(1, CPU_COUNT(&set));
-}
-
 int cores_online() {
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? static_cast<int>(n) : 1;
@@ -75,11 +67,10 @@ std::string machine_id() {
   return "unknown";
 }
 
-LinkPlan plan_links(int mine, int online, int ranks_here) {
+LinkPlan plan_links(int online, int ranks_here) {
   LinkPlan p;
   ranks_here = std::max(1, ranks_here);
-  // A rank bound to one core (mine == 1) spins only on its own core, which is fine.
-  (void)mine;
+  // Whether ranks are bound does not matter: one bound to a core spins only on its own.
   p.busy_poll_bytes = online >= ranks_here ? kBusyPollSpare : kBusyPollCrowded;
   std::size_t v = 0;
   if (env_size("SAKER_COMM_SEND_THREAD", &v)) p.send_thread = v != 0 ? 1 : 0;

@@ -7,8 +7,8 @@
 // loopback or a fast NIC every byte is copied by the kernel on both ends, so a rank is
 // CPU-bound. A second thread for sends doubles a rank's copy rate only when a core is
 // free for it; a busy-polling loop hides a ~50 us wake-up only while it does not take
-// the core that another rank's copies need. Polling follows from how many cores this
-// process may use and how many ranks share this machine; the send thread is timed.
+// the core that another rank's copies need. Polling follows from how many ranks share
+// this machine's cores; the send thread is timed.
 #pragma once
 
 #include <array>
@@ -57,16 +57,14 @@ struct LinkPlan {
   static constexpr std::size_t kCalibrate = ~std::size_t{0};
 };
 
-// CPUs this process may run on (its affinity mask; 1 when bound to a core).
-int cores_available();
 // CPUs online on this machine.
 int cores_online();
 // Identifies the running kernel (boot id): ranks with the same one share CPUs, even in
 // different network namespaces or under different node names.
 std::string machine_id();
-// The plan for a rank that may use `mine` of the machine's `online` CPUs, on a machine
-// running `ranks_here` ranks of this job. SAKER_COMM_SEND_THREAD (0/1), SAKER_COMM_BUSY_POLL_BYTES and
+// The plan for a rank on a machine with `online` CPUs running `ranks_here` ranks of
+// this job. SAKER_COMM_SEND_THREAD (0/1), SAKER_COMM_BUSY_POLL_BYTES and
 // SAKER_COMM_DIRECT_BYTES override the measured choices.
-LinkPlan plan_links(int mine, int online, int ranks_here);
+LinkPlan plan_links(int online, int ranks_here);
 
 }  // namespace saker::comm
