@@ -112,6 +112,22 @@ std::string write_mpi_agent(const Wire& wire) {
   return path;
 }
 
+// A port that is free now on addr: the kernel picks it (a counter in the ephemeral range
+// collided with the many connections these programs open). Another socket may still take
+// it before the store binds it, but far less often.
+int free_port(const std::string& addr) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  inet_pton(AF_INET, addr.c_str(), &sa.sin_addr);
+  socklen_t len = sizeof sa;
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0 && getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0)
+    port = ntohs(sa.sin_port);
+  close(fd);
+  return port;
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return NAN;
   std::sort(v.begin(), v.end());
@@ -308,7 +324,7 @@ int main(int argc, char** argv) {
       bool bind = bind_core && np <= cores;
       for (int r = 0; r < rounds; ++r) {
         std::string store = wire.on() ? wire.at(0) : "127.0.0.1";
-        std::string sport = std::to_string(port++);
+        std::string sport = std::to_string(free_port(store));
         auto saker_env = [&](int rank) {
           return "SAKER_STORE=" + store + ":" + sport + " SAKER_COMM_TIMEOUT=120" +
                  (wire.on() ? " SAKER_COMM_ADDR=" + wire.at(rank) : "");
@@ -325,7 +341,7 @@ int main(int argc, char** argv) {
                 std::string(np > 2 ? " --oversubscribe" : "") + " -x BENCH_SIZES -np " +
                 std::to_string(np) + mca + " " + dir + "bench_allreduce_mpi 2>/dev/null",
             mpi, "openmpi");
-        std::string fstore = "/tmp/saker-bench-gloo-" + std::to_string(getpid()) + "-" + std::to_string(port);
+        std::string fstore = "/tmp/saker-bench-gloo-" + std::to_string(getpid()) + "-" + std::to_string(port++);
         auto gloo_env = [&](int rank) { return wire.on() ? "BENCH_GLOO_ADDR=" + wire.at(rank) : std::string(); };
         run("mkdir -p " + fstore + " && " + spawn(dir + "bench_allreduce_gloo " + fstore, np, gloo_env, false, bind, wire) +
                 "; rm -rf " + fstore, gloo, "gloo");
