@@ -12,12 +12,23 @@
 // rank r runs on core r (taskset; OpenMPI --bind-to core) while np fits the cores, as
 // tasks bound by Slurm would. On a shared machine bound ranks cannot move away from
 // other tenants' work, so the default leaves them free.
+// The transport's bound (bench_allreduce_bound.hpp) runs in every round beside the three
+// programs: Saker's busbw is shown as a fraction of one TCP stream's per-direction rate
+// with both directions busy (tcp) or of memcpy bandwidth (one-node). Then an alpha-beta
+// model (bench_allreduce_model.hpp) is fitted to Saker's np=2 figures of each mode,
+// checked against np=3 and 4, and used to predict 8..1024 nodes.
+// --wire ADDR0,NS1=ADDR1 runs rank 0 here at ADDR0 and rank 1 in network namespace NS1
+// at ADDR1 (a veth pair shaped with tc: see saker-comm(3), PERFORMANCE); OpenMPI starts
+// its remote daemon there through a generated rsh agent.
 // Usage: bench_allreduce [--quick] [--rounds R] [--sizes B,B,..] [--modes one-node,tcp]
-//                        [--bind core|none]
-//   --quick: np=2 only (default np 2..4); --rounds: default 3.
+//                        [--bind core|none] [--wire ADDR0,NS1=ADDR1] [--report FILE]
+//   --quick: np=2 only (default np 2..4); --rounds: default 3; --report: also write the
+//   model and its predictions to FILE.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -26,6 +37,8 @@
 #include <vector>
 
 #include "bench/allreduce_common.hpp"
+#include "bench/bench_allreduce_bound.hpp"
+#include "bench/bench_allreduce_model.hpp"
 #include "saker/comm.hpp"
 
 namespace {
@@ -41,7 +54,9 @@ int worker() {
   return 0;
 }
 
-void run(const std::string& cmd, Samples& into, const char* who) {
+// Runs cmd; collects "bytes median min max" lines into into, and "stream"/"memcpy"
+// lines (the bound worker's) into bound[word].
+void run(const std::string& cmd, Samples& into, const char* who, std::map<std::string, std::vector<double>>* bound = nullptr) {
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return;
   char line[256];
@@ -50,21 +65,67 @@ void run(const std::string& cmd, Samples& into, const char* who) {
     double med, lo, hi;
     char word[16];
     if (std::sscanf(line, "%zu %lf %lf %lf", &b, &med, &lo, &hi) == 4) into[b].push_back(med);
+    else if (bound && std::sscanf(line, "%15s %lf %lf %lf", word, &med, &lo, &hi) == 4) (*bound)[word].push_back(med);
     else if (std::sscanf(line, "%zu %15s", &b, word) == 2)
       std::fprintf(stderr, "bench: %s gave a WRONG result at %zu bytes\n", who, b);
   }
   if (pclose(p) != 0) std::fprintf(stderr, "bench: %s failed: %s\n", who, cmd.c_str());
 }
 
+// An emulated wire: rank r runs in network namespace ns[r] ("" = here) at addr[r].
+struct Wire {
+  std::vector<std::string> ns, addr;
+  bool on() const { return !addr.empty(); }
+  std::string prefix(int r) const {
+    auto i = static_cast<std::size_t>(r);
+    return i < ns.size() && !ns[i].empty() ? "ip netns exec " + ns[i] + " " : "";
+  }
+  std::string at(int r) const { return addr.at(static_cast<std::size_t>(r)); }
+};
+
 // Starts np copies of prog with rank variables; rank 0's stdout is the result.
-// bind: rank r on core r.
-std::string spawn(const std::string& prog, int np, const std::string& extra_env, bool distinct_nodes, bool bind) {
-  std::string n = std::to_string(np);
-  return "bash -c 'pids=; for r in $(seq 1 " + std::to_string(np - 1) + "); do SAKER_RANK=$r SAKER_WORLD_SIZE=" + n +
-         " " + extra_env + (distinct_nodes ? " SAKER_NODE_ID=n$r" : "") + (bind ? " taskset -c $r " : " ") + prog +
-         " >/dev/null & pids=\"$pids $!\"; done; SAKER_RANK=0 SAKER_WORLD_SIZE=" + n + " " + extra_env +
-         (distinct_nodes ? " SAKER_NODE_ID=n0" : "") + (bind ? " taskset -c 0 " : " ") + prog +
-         "; rc=$?; wait $pids; exit $rc'";
+// bind: rank r on core r. env_of(r): extra variables for rank r.
+template <class Env>
+std::string spawn(const std::string& prog, int np, Env env_of, bool distinct_nodes, bool bind, const Wire& wire) {
+  std::string n = std::to_string(np), cmd = "bash -c 'pids=; ";
+  auto one = [&](int r) {
+    std::string rs = std::to_string(r);
+    return "SAKER_RANK=" + rs + " SAKER_WORLD_SIZE=" + n + " " + env_of(r) + (distinct_nodes ? " SAKER_NODE_ID=n" + rs : "") +
+           " " + wire.prefix(r) + (bind ? "taskset -c " + rs + " " : "") + prog;
+  };
+  for (int r = 1; r < np; ++r) cmd += one(r) + " >/dev/null & pids=\"$pids $!\"; ";
+  return cmd + one(0) + "; rc=$?; wait $pids; exit $rc'";
+}
+
+// OpenMPI's rsh agent for --wire: "agent [options] host command..." runs the command
+// (its daemon) in the namespace that holds host's address.
+std::string write_mpi_agent(const Wire& wire) {
+  std::string path = "/tmp/saker-bench-agent-" + std::to_string(getpid()) + ".sh";
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) return "";
+  std::fprintf(f, "#!/bin/bash\nwhile [ \"${1#-}\" != \"$1\" ]; do shift; done\nhost=$1; shift\ncase $host in\n");
+  for (std::size_t r = 0; r < wire.addr.size(); ++r)
+    if (!wire.ns[r].empty()) std::fprintf(f, "  %s) exec ip netns exec %s /bin/sh -c \"$*\";;\n", wire.addr[r].c_str(), wire.ns[r].c_str());
+  std::fprintf(f, "esac\necho \"no namespace for $host\" >&2; exit 1\n");
+  std::fclose(f);
+  chmod(path.c_str(), 0755);
+  return path;
+}
+
+// A port that is free now on addr: the kernel picks it (a counter in the ephemeral range
+// collided with the many connections these programs open). Another socket may still take
+// it before the store binds it, but far less often.
+int free_port(const std::string& addr) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  inet_pton(AF_INET, addr.c_str(), &sa.sin_addr);
+  socklen_t len = sizeof sa;
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0 && getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0)
+    port = ntohs(sa.sin_port);
+  close(fd);
+  return port;
 }
 
 double median(std::vector<double> v) {
@@ -90,85 +151,241 @@ Figure figure(const Samples& s, std::size_t b, int np) {
   return f;
 }
 
+Figure spread(const std::vector<double>& v) {
+  Figure f;
+  if (v.empty()) return f;
+  auto [mn, mx] = std::minmax_element(v.begin(), v.end());
+  f.bw = median(v);
+  f.lo = *mn;
+  f.hi = *mx;
+  return f;
+}
+
 std::string cell(const Figure& f) {
   char s[64];
   std::snprintf(s, sizeof s, "%6.3f [%5.2f-%5.2f]", f.bw, f.lo, f.hi);
   return s;
 }
 
+std::string human(double bytes) {
+  char s[32];
+  if (bytes >= (1u << 20)) std::snprintf(s, sizeof s, "%g MiB", bytes / (1u << 20));
+  else std::snprintf(s, sizeof s, "%g KiB", bytes / 1024);
+  return s;
+}
+
+// Per mode: np -> Saker's per-call times (median over rounds) for the model.
+using Measured = std::map<int, std::map<std::size_t, double>>;
+
+// Fits the model to np=2, prints how well it predicts np=3..4 (local "nodes" that share
+// `cores` cores) and what it predicts for 8..1024 nodes.
+void model_report(FILE* out, const std::map<std::string, Measured>& measured, const std::map<std::string, double>& stream_gbs,
+                  int cores) {
+  using namespace bench::model;
+  std::map<std::string, PerSize> fits;
+  std::fprintf(out, "\nalpha-beta model: t(P ranks, N bytes) = 2(P-1) alpha + 2(P-1)/P N beta(N) (ring); alpha and beta(N)"
+                    " from Saker's np=2 medians,\nchecked against np=3..4 (cores split: bandwidth term x max(1, P/%d cores);"
+                    " share kept: no stretch; [sizes] the direct/exchange algorithms may serve)\n", cores);
+  for (const auto& [mode, by_np] : measured) {
+    auto two = by_np.find(2);
+    if (two == by_np.end()) continue;
+    std::map<double, double> t2;
+    for (auto [b, t] : two->second) t2[static_cast<double>(b)] = t;
+    PerSize m = fit_per_size(t2);
+    if (!m.ok()) continue;
+    fits[mode] = m;
+    std::fprintf(out, "  %-9s alpha %7.2f us; beta(N) in ns/B:", mode.c_str(), m.alpha * 1e6);
+    for (auto [b, v] : m.beta) std::fprintf(out, " %s %.3f", human(b).c_str(), v * 1e9);
+    std::fprintf(out, "\n");
+    for (const auto& [np, times] : by_np) {
+      if (np == 2) continue;
+      // Up to 1 MiB Saker may take its direct or exchange algorithm (calibrated per
+      // run) instead of the ring: those sizes are shown in brackets and left out of the
+      // verdict, which is about the ring model. Two views of the local "nodes": they
+      // split this machine's cores (bandwidth term x P/cores), or, on a machine already
+      // busy with other work, each rank keeps the CPU share it had (no stretch).
+      for (int shared = 1; shared >= 0; --shared) {
+        if (mode == "one-node" && !shared) continue;
+        std::fprintf(out, "    np=%d error, %s:", np, mode == "one-node" ? "one node" : shared ? "cores split" : "share kept");
+        double worst = 0;
+        for (auto [b, t] : times) {
+          double n = static_cast<double>(b);
+          double pred = ring_local(m.at(n), np, n, mode == "one-node" || !shared ? 1 << 20 : cores);
+          double err = (pred - t) / t;
+          bool ring_only = mode != "tcp" || b > (1u << 20);
+          if (ring_only) worst = std::max(worst, std::fabs(err));
+          std::fprintf(out, ring_only ? " %s %+.0f%%" : " [%s %+.0f%%]", human(n).c_str(), err * 100);
+        }
+        std::fprintf(out, "  | worst %.0f%% %s\n", worst * 100, worst <= 0.25 ? "(within 25%)" : "(NOT within 25%)");
+      }
+    }
+  }
+  if (!fits.count("tcp")) return;
+  // Cluster predictions: the fitted TCP link, and the same link with the bound's stream
+  // rate replaced by an emulated 10/25 Gb/s wire plus 20 us one-way latency.
+  // A wire's link: the fitted software latency plus 20 us, and the wire's rate (a
+  // cluster node's host is assumed faster than its wire; this one's is not).
+  std::vector<std::pair<std::string, PerSize>> links{{"this machine's TCP (fitted)", fits["tcp"]}};
+  for (double gbit : {10.0, 25.0, 100.0}) {
+    PerSize w;
+    w.alpha = fits["tcp"].alpha + 20e-6;
+    w.beta[1] = 8.0 / (gbit * 1e9);
+    char name[64];
+    std::snprintf(name, sizeof name, "%g Gb/s wire, +20 us", gbit);
+    links.emplace_back(name, w);
+  }
+  (void)stream_gbs;
+  bool have_shm = fits.count("one-node") > 0;
+  const int kLocal = 2;  // ranks per node for the hierarchical and flat cases
+  std::fprintf(out, "\npredicted allreduce time in ms (one rank per node: ring, halving/doubling, tree; %d ranks per node:"
+                    " flat ring over all ranks vs hierarchical%s)\n", kLocal, have_shm ? "" : " [no one-node fit: skipped]");
+  for (const auto& [name, link] : links) {
+    std::fprintf(out, "  link: %s (alpha %.1f us, %.2f GB/s at 64 MiB)\n", name.c_str(), link.alpha * 1e6,
+                 1e-9 / link.at(64.0 * (1 << 20)).beta);
+    std::fprintf(out, "  %9s %6s %10s %10s %10s %12s %12s  best(1/node)\n", "bytes", "nodes", "ring", "halv/doub", "tree",
+                 "flat ring x2", "hier x2");
+    for (double n : {64.0 * 1024, 4.0 * (1 << 20), 64.0 * (1 << 20)})
+      for (int p : {8, 16, 64, 256, 1024}) {
+        Fit f = link.at(n);
+        double r = ring(f, p, n), h = halving_doubling(f, p, n), t = tree(f, p, n);
+        double flat = ring(f, p * kLocal, n), hier = have_shm ? hierarchical(f, fits["one-node"].at(n), p, kLocal, n) : NAN;
+        const char* best = r <= h && r <= t ? "ring" : h <= t ? "halving/doubling" : "tree";
+        std::fprintf(out, "  %9s %6d %10.3f %10.3f %10.3f %12.3f %12.3f  %s\n", human(n).c_str(), p, r * 1e3, h * 1e3,
+                     t * 1e3, flat * 1e3, hier * 1e3, best);
+      }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--worker") == 0) return worker();
+  if (argc > 1 && std::strcmp(argv[1], "--worker-bound") == 0) return bench::bound_worker();
   bool quick = false, bind_core = false;
   int rounds = 3;
+  std::string report;
+  Wire wire;
   std::vector<std::string> modes{"one-node", "tcp"};
+  auto split = [](const std::string& m) {
+    std::vector<std::string> v;
+    for (std::size_t p = 0; p <= m.size();) {
+      std::size_t q = m.find(',', p);
+      if (q == std::string::npos) q = m.size();
+      v.push_back(m.substr(p, q - p));
+      p = q + 1;
+    }
+    return v;
+  };
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--quick") quick = true;
     else if (a == "--rounds" && i + 1 < argc) rounds = std::max(1, std::atoi(argv[++i]));
     else if (a == "--sizes" && i + 1 < argc) setenv("BENCH_SIZES", argv[++i], 1);
     else if (a == "--bind" && i + 1 < argc) bind_core = std::strcmp(argv[++i], "core") == 0;
-    else if (a == "--modes" && i + 1 < argc) {
-      modes.clear();
-      std::string m = argv[++i];
-      for (std::size_t p = 0; p <= m.size();) {
-        std::size_t q = m.find(',', p);
-        if (q == std::string::npos) q = m.size();
-        modes.push_back(m.substr(p, q - p));
-        p = q + 1;
+    else if (a == "--modes" && i + 1 < argc) modes = split(argv[++i]);
+    else if (a == "--report" && i + 1 < argc) report = argv[++i];
+    else if (a == "--wire" && i + 1 < argc) {
+      for (const std::string& w : split(argv[++i])) {
+        auto eq = w.find('=');
+        wire.ns.push_back(eq == std::string::npos ? "" : w.substr(0, eq));
+        wire.addr.push_back(eq == std::string::npos ? w : w.substr(eq + 1));
       }
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--rounds R] [--sizes B,B,..] [--modes one-node,tcp] [--bind core|none]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--rounds R] [--sizes B,B,..] [--modes one-node,tcp] [--bind core|none]"
+                           " [--wire ADDR0,NS1=ADDR1] [--report FILE]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (wire.on()) {
+    quick = true;  // one wire between two namespaces
+    modes = {"tcp"};
+    if (wire.addr.size() != 2) {
+      std::fprintf(stderr, "bench: --wire takes two addresses, ADDR0,NS1=ADDR1\n");
       return 2;
     }
   }
   std::string self = argv[0];
   std::string dir = self.substr(0, self.rfind('/') + 1);
+  int cores = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
   std::printf("allreduce fp32 busbw in GB/s (nccl-tests: algbw*2(n-1)/n); ratio = saker / peer, same run;\n"
               "each figure: median over %d interleaved rounds of each program's median of %d blocks, [min-max] "
               "of the rounds\n", rounds, bench::kBlocks);
+  if (wire.on()) std::printf("emulated wire: rank 0 at %s, rank 1 in netns %s at %s\n", wire.at(0).c_str(), wire.ns[1].c_str(), wire.at(1).c_str());
   int port = 23000 + getpid() % 20000;
+  std::string agent = wire.on() ? write_mpi_agent(wire) : "";
   std::map<std::string, double> at64;  // "mode np=2 peer" -> ratio, for the target summary
+  std::map<std::string, Measured> measured;
+  std::map<std::string, double> stream_gbs;
   for (const std::string& mode : modes) {
     bool tcp = mode == "tcp";
+    std::map<std::string, std::vector<double>> bound;  // "stream"/"memcpy" -> GB/s per round (np=2 blocks)
     for (int np = 2; np <= (quick ? 2 : 4); ++np) {
       Samples saker, mpi, gloo;
-      bool bind = bind_core && np <= static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+      bool bind = bind_core && np <= cores;
       for (int r = 0; r < rounds; ++r) {
-        std::string env = "SAKER_STORE=127.0.0.1:" + std::to_string(port++) + " SAKER_COMM_TIMEOUT=120";
-        run(spawn(self + " --worker", np, env, tcp, bind), saker, "saker");
+        std::string store = wire.on() ? wire.at(0) : "127.0.0.1";
+        std::string sport = std::to_string(free_port(store));
+        auto saker_env = [&](int rank) {
+          return "SAKER_STORE=" + store + ":" + sport + " SAKER_COMM_TIMEOUT=120" +
+                 (wire.on() ? " SAKER_COMM_ADDR=" + wire.at(rank) : "");
+        };
+        run(spawn(self + " --worker", np, saker_env, tcp, bind, wire), saker, "saker");
         // Within the cores OpenMPI keeps its default (busy-polling) progress.
-        std::string mca = tcp ? " --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo" : "";
+        std::string mca = tcp ? " --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include " +
+                                    (wire.on() ? wire.at(0).substr(0, wire.at(0).rfind('.')) + ".0/24" : std::string("lo"))
+                              : "";
+        if (wire.on())
+          mca += " --host " + wire.at(0) + "," + wire.at(1) + " --mca plm_rsh_agent " + agent + " --mca oob_tcp_if_include " +
+                 wire.at(0).substr(0, wire.at(0).rfind('.')) + ".0/24 --mca orte_keep_fqdn_hostnames 1";
         run("mpirun --allow-run-as-root" + std::string(bind ? " --bind-to core" : " --bind-to none") +
                 std::string(np > 2 ? " --oversubscribe" : "") + " -x BENCH_SIZES -np " +
                 std::to_string(np) + mca + " " + dir + "bench_allreduce_mpi 2>/dev/null",
             mpi, "openmpi");
-        std::string store = "/tmp/saker-bench-gloo-" + std::to_string(getpid()) + "-" + std::to_string(port);
-        run("mkdir -p " + store + " && " + spawn(dir + "bench_allreduce_gloo " + store, np, "", false, bind) + "; rm -rf " + store,
-            gloo, "gloo");
+        std::string fstore = "/tmp/saker-bench-gloo-" + std::to_string(getpid()) + "-" + std::to_string(port++);
+        auto gloo_env = [&](int rank) { return wire.on() ? "BENCH_GLOO_ADDR=" + wire.at(rank) : std::string(); };
+        run("mkdir -p " + fstore + " && " + spawn(dir + "bench_allreduce_gloo " + fstore, np, gloo_env, false, bind, wire) +
+                "; rm -rf " + fstore, gloo, "gloo");
+        if (np == 2) {  // the bound, in the same round
+          std::string pf = "/tmp/saker-bench-bound-" + std::to_string(getpid()) + "-" + std::to_string(r);
+          auto bound_env = [&](int rank) {
+            return "BOUND_RANK=" + std::to_string(rank) + " BOUND_PORTFILE=" + pf + (wire.on() ? " BOUND_ADDR=" + wire.at(0) : "");
+          };
+          Samples none;
+          unlink(pf.c_str());
+          run(spawn(self + " --worker-bound", 2, bound_env, false, bind, wire), none, "bound", &bound);
+          unlink(pf.c_str());
+        }
       }
+      Figure st = spread(bound["stream"]), mc = spread(bound["memcpy"]);
+      double ref = tcp ? st.bw : mc.bw;
       std::printf("\n== %s, np=%d, %s%s\n", mode.c_str(), np, bind ? "rank r on core r" : "unbound",
                   np > 2 ? " (oversubscribes the 2 cores: indicative only)" : "");
-      std::printf("%10s %21s %21s %21s %6s %6s %9s %9s %9s\n", "bytes", "saker", "openmpi", "gloo", "x mpi", "x gloo",
-                  "saker us", "mpi us", "gloo us");
+      std::printf("bound (measured in the np=2 rounds): one TCP stream per direction, both directions at once %s GB/s;"
+                  " memcpy %s GB/s (both ranks copying)\n", cell(st).c_str(), cell(mc).c_str());
+      std::printf("%10s %21s %21s %21s %6s %6s %7s %9s %9s %9s\n", "bytes", "saker", "openmpi", "gloo", "x mpi", "x gloo",
+                  tcp ? "x strm" : "x mcpy", "saker us", "mpi us", "gloo us");
       for (std::size_t b : bench::sizes()) {
         Figure s = figure(saker, b, np), m = figure(mpi, b, np), g = figure(gloo, b, np);
-        std::printf("%10zu %21s %21s %21s %6.2f %6.2f %9.1f %9.1f %9.1f\n", b, cell(s).c_str(), cell(m).c_str(),
-                    cell(g).c_str(), s.bw / m.bw, s.bw / g.bw, s.us, m.us, g.us);
+        std::printf("%10zu %21s %21s %21s %6.2f %6.2f %7.2f %9.1f %9.1f %9.1f\n", b, cell(s).c_str(), cell(m).c_str(),
+                    cell(g).c_str(), s.bw / m.bw, s.bw / g.bw, s.bw / ref, s.us, m.us, g.us);
+        if (std::isfinite(s.us)) measured[mode][np][b] = s.us * 1e-6;
         if (np == 2 && b == (64u << 20)) {
           at64[mode + " x mpi"] = s.bw / m.bw;
           at64[mode + " x gloo"] = s.bw / g.bw;
+          if (tcp) at64["tcp x stream bound"] = s.bw / st.bw;
         }
         if (np == 2 && b == 4096) at64[mode + " latency/mpi"] = s.us / m.us;
       }
+      if (tcp) stream_gbs[mode] = st.bw;
       std::fflush(stdout);
     }
   }
-  // The targets (np=2, 64 MiB fp32 busbw; 4 KiB latency).
+  if (!agent.empty()) unlink(agent.c_str());
+  // The targets (np=2; 64 MiB fp32 busbw; 4 KiB latency).
   struct Target { const char* key; double goal; bool at_most; };
   const Target targets[] = {{"one-node x mpi", 2.0, false}, {"one-node x gloo", 3.0, false},
                             {"tcp x mpi", 1.5, false},      {"tcp x gloo", 1.5, false},
+                            {"tcp x stream bound", 0.6, false},
                             {"one-node latency/mpi", 2.0, true}, {"tcp latency/mpi", 2.0, true}};
   std::printf("\ntargets (np=2; 64 MiB busbw ratios, 4 KiB latency ratio):\n");
   for (const Target& t : targets) {
@@ -177,6 +394,15 @@ int main(int argc, char** argv) {
     bool met = t.at_most ? it->second <= t.goal : it->second >= t.goal;
     std::printf("  %-22s %6.2f  goal %s %.1f  %s\n", t.key, it->second, t.at_most ? "<=" : ">=", t.goal,
                 met ? "met" : "NOT MET");
+  }
+  model_report(stdout, measured, stream_gbs, cores);
+  if (!report.empty()) {
+    if (FILE* f = std::fopen(report.c_str(), "w")) {
+      model_report(f, measured, stream_gbs, cores);
+      std::fclose(f);
+    } else {
+      std::fprintf(stderr, "bench: cannot write the report %s: %s\n", report.c_str(), std::strerror(errno));
+    }
   }
   return 0;
 }

@@ -17,7 +17,9 @@ int main(int argc, char** argv) {
   if (argc < 2) return 2;
   int rank = std::atoi(std::getenv("SAKER_RANK")), size = std::atoi(std::getenv("SAKER_WORLD_SIZE"));
   gloo::transport::tcp::attr attr;
-  attr.hostname = "127.0.0.1";
+  // BENCH_GLOO_ADDR: this rank's address on an emulated wire (bench_allreduce --wire).
+  const char* addr = std::getenv("BENCH_GLOO_ADDR");
+  attr.hostname = addr && *addr ? addr : "127.0.0.1";
   auto dev = gloo::transport::tcp::CreateDevice(attr);
   gloo::rendezvous::FileStore store(argv[1]);
   gloo::rendezvous::PrefixStore prefix("bench", store);

@@ -10,6 +10,7 @@
 #include "launcher/comm/fusion.hpp"
 #include "launcher/comm/impl.hpp"
 #include "launcher/comm/nccl.hpp"
+#include "launcher/comm/tuning.hpp"
 
 namespace saker::comm {
 
@@ -124,7 +125,7 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
   int port = 0;
   net::Fd listener = net::listen_on("0.0.0.0", 0, &port);
   std::ostringstream me;
-  me << net::advertised_address() << ' ' << port << ' ' << where.host << ' ' << where.node << ' ' << getpid();
+  me << net::advertised_address() << ' ' << port << ' ' << where.host << ' ' << where.node << ' ' << getpid() << ' ' << machine_id();
   store->set("saker/rank/" + std::to_string(where.rank), me.str());
   if (where.rank == 0) {
     std::random_device rd;
@@ -137,7 +138,7 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
   for (int r = 0; r < where.size; ++r) {
     std::istringstream in(store->get("saker/rank/" + std::to_string(r), options.timeout));
     PeerInfo& p = peers[static_cast<std::size_t>(r)];
-    if (!(in >> p.address >> p.port >> p.host >> p.node >> p.pid))
+    if (!(in >> p.address >> p.port >> p.host >> p.node >> p.pid >> p.machine))
       throw Error(explain("malformed rendezvous entry for rank " + std::to_string(r) + " in " + store->describe(),
                           "another program wrote that key, or an older run's entries remain",
                           "use a fresh store (another port) for each job"));

@@ -27,9 +27,18 @@ static std::vector<int> all_ranks(int n) {
   return v;
 }
 
+// How this rank drives its links: from the machine's CPUs and the ranks of the job
+// that share them (tuning.hpp).
+static LinkPlan plan_for(const Mesh& mesh) {
+  int here = 0;
+  for (int r = 0; r < mesh.size(); ++r) here += mesh.peer(r).machine == mesh.peer(mesh.rank()).machine ? 1 : 0;
+  return plan_links(cores_online(), here);
+}
+
 Core::Core(Mesh& mesh, const Topology& topo, int channel, const std::string& shm_name, const Options& options,
            Timeline* timeline)
-    : mesh_(mesh), topo_(topo), ring_(mesh, all_ranks(mesh.size()), channel, options.chunk_bytes), timeline_(timeline) {
+    : mesh_(mesh), topo_(topo), ring_(mesh, all_ranks(mesh.size()), channel, options.chunk_bytes, plan_for(mesh)),
+      timeline_(timeline) {
   int node = topo.node_of[static_cast<std::size_t>(mesh.rank())];
   const auto& local = topo.members[static_cast<std::size_t>(node)];
   if (local.size() > 1) {
@@ -38,7 +47,7 @@ Core::Core(Mesh& mesh, const Topology& topo, int channel, const std::string& shm
     shm_ = std::make_unique<ShmGroup>(mesh, local, shm_name + "-n" + std::to_string(node), slot);
   }
   if (topo.leaders.size() > 1 && local.front() == mesh.rank())
-    leaders_ = std::make_unique<Ring>(mesh, topo.leaders, channel, options.chunk_bytes);
+    leaders_ = std::make_unique<Ring>(mesh, topo.leaders, channel, options.chunk_bytes, plan_for(mesh));
 }
 
 Transport Core::resolve(Transport wanted, const Topology& topo) {

@@ -26,6 +26,7 @@ struct PeerInfo {
   std::string host;  // shown in errors
   std::string node;  // node identity (shared /dev/shm)
   int pid = 0;
+  std::string machine;  // kernel boot id: ranks with the same one share CPUs
 };
 
 class Mesh {

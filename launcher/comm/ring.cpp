@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <iterator>
 #include <memory>
 #include <thread>
 #include <cerrno>
@@ -16,8 +17,9 @@
 
 namespace saker::comm {
 
-Ring::Ring(Mesh& mesh, std::vector<int> members, int channel, std::size_t chunk_bytes)
-    : mesh_(mesh), members_(std::move(members)), channel_(channel), chunk_(std::max<std::size_t>(chunk_bytes, 4096)) {
+Ring::Ring(Mesh& mesh, std::vector<int> members, int channel, std::size_t chunk_bytes, LinkPlan plan)
+    : mesh_(mesh), members_(std::move(members)), channel_(channel), chunk_(std::max<std::size_t>(chunk_bytes, 4096)),
+      plan_(plan) {
   auto it = std::find(members_.begin(), members_.end(), mesh.rank());
   SAKER_ASSERT(it != members_.end(), "ring built on a rank outside it");
   index_ = static_cast<int>(it - members_.begin());
@@ -90,12 +92,17 @@ class SendThread {
 
 // Below this a thread start costs more than the overlap gains.
 constexpr std::size_t kThreadedSendBytes = 1u << 20;
-// Small exchanges busy-poll (yielding the core between tries) for a while before they
-// sleep in poll(): a blocking cross-core wake-up costs ~50 us on these VMs, which
-// would dominate a 4 KiB allreduce. Large ones are CPU-bound over loopback, so they
-// leave the core to the kernel's copies instead.
-constexpr std::size_t kBusyPollBytes = 8u << 20;
+// Exchanges up to LinkPlan::busy_poll_bytes busy-poll (yielding the core between
+// tries) this long before they sleep in poll(): a blocking cross-core wake-up costs
+// ~50 us on these VMs, which would dominate a 4 KiB allreduce. Large ones are CPU-bound
+// over loopback, so they leave the core to the kernel's copies instead.
 constexpr auto kBusyPoll = std::chrono::microseconds(200);
+// Sizes the calibration times, and how often each.
+constexpr std::size_t kCalibrationSizes[] = {4096, 16384, 65536, 262144, 1u << 20};
+constexpr int kCalibrationReps = 3;
+// The exchange holds every member's whole buffer: only while that stays small.
+constexpr std::size_t kExchangeHeld = 8u << 20;
+bool exchange_fits(int n, std::size_t bytes) { return static_cast<std::size_t>(n - 1) * bytes <= kExchangeHeld; }
 
 }  // namespace
 
@@ -117,7 +124,13 @@ void Ring::exchange(const void* sbuf, std::size_t slen, void* rbuf, std::size_t 
   // Chunks hold whole elements so that a chunk can be reduced on its own.
   std::size_t chunk = std::max(elem, chunk_ / elem * elem);
   std::unique_ptr<SendThread> sender;
-  if (!forward && rlen > 0 && slen >= kThreadedSendBytes) {
+  // A send thread or one loop: forced by the plan, else timed per size class (the
+  // reduce-scatter's exchanges, which also reduce, apart from the allgather's).
+  const bool eligible = !forward && rlen > 0 && slen >= kThreadedSendBytes;
+  TimedChoice& choice = send_thread_[on_chunk ? 0 : 1];
+  const bool threaded = eligible && (plan_.send_thread >= 0 ? plan_.send_thread == 1 : choice.second(slen));
+  const auto started = net::Clock::now();
+  if (threaded) {
     sender = std::make_unique<SendThread>(mesh_, sfd, sp, slen);
     sent = slen;  // the thread owns the send side from here
   }
@@ -131,7 +144,7 @@ void Ring::exchange(const void* sbuf, std::size_t slen, void* rbuf, std::size_t 
   };
   std::size_t sender_seen = 0;
   auto deadline = net::deadline_in(mesh_.timeout());
-  const bool busy_poll = slen + rlen <= kBusyPollBytes;
+  const bool busy_poll = slen + rlen <= plan_.busy_poll_bytes;
   net::Clock::time_point idle_since{};
   while (sent < slen || got < rlen) {
     bool progress = false;
@@ -195,6 +208,8 @@ void Ring::exchange(const void* sbuf, std::size_t slen, void* rbuf, std::size_t 
     // Received everything; the rest of our send is in the kernel or about to be.
     if (sender->failed() || !sender->join().empty()) sender_failed();
   }
+  if (eligible && plan_.send_thread < 0)
+    choice.record(slen, threaded, std::chrono::duration<double>(net::Clock::now() - started).count());
 }
 
 void Ring::allreduce(void* data, std::size_t count, DataType type, ReduceOp op, std::vector<std::size_t> seg) {
@@ -202,14 +217,26 @@ void Ring::allreduce(void* data, std::size_t count, DataType type, ReduceOp op, 
   if (n == 1 || count == 0) return;
   if (seg.empty()) seg = even_split(count, n);
   SAKER_ASSERT(seg.size() == static_cast<std::size_t>(n) + 1 && seg.back() == count, "bad ring segments");
+  if (plan_.direct_bytes == LinkPlan::kCalibrate || plan_.exchange_bytes == LinkPlan::kCalibrate) calibrate();
+  // Every member has the same limits (calibrate() agrees on them), so every member
+  // takes the same path; all three give the same bits.
+  std::size_t bytes = count * size_of(type);
+  if (exchange_fits(n, bytes) && bytes <= plan_.exchange_bytes) allreduce_exchange(static_cast<char*>(data), seg, type, op);
+  else if (bytes <= plan_.direct_bytes) allreduce_direct(static_cast<char*>(data), seg, type, op);
+  else allreduce_ring(static_cast<char*>(data), seg, type, op);
+}
+
+void Ring::allreduce_ring(char* base, const std::vector<std::size_t>& seg, DataType type, ReduceOp op) {
+  int n = size();
   std::size_t es = size_of(type);
   std::size_t chunk = std::max(es, chunk_ / es * es);  // exchange()'s chunk: the staging size
   if (tmp_.size() < chunk) tmp_.resize(chunk);
-  char* base = static_cast<char*>(data);
   auto at = [&](int s) { return base + seg[static_cast<std::size_t>(s)] * es; };
   auto len = [&](int s) { return (seg[static_cast<std::size_t>(s) + 1] - seg[static_cast<std::size_t>(s)]) * es; };
   auto mod = [n](int x) { return ((x % n) + n) % n; };
   // Reduce-scatter: after n-1 steps this rank holds the full result of segment index+1.
+  // Segment s is reduced along the ring from rank s: acc = x[s], then at each rank
+  // s+k, acc = x[s+k] op acc; allreduce_direct() repeats exactly this order.
   for (int s = 0; s < n - 1; ++s) {
     int send_seg = mod(index_ - s), recv_seg = mod(index_ - s - 1);
     char* dst = at(recv_seg);
@@ -222,6 +249,162 @@ void Ring::allreduce(void* data, std::size_t count, DataType type, ReduceOp op, 
     int send_seg = mod(index_ - s + 1), recv_seg = mod(index_ - s);
     exchange(at(send_seg), len(send_seg), at(recv_seg), len(recv_seg), es, nullptr, false, "allreduce");
   }
+}
+
+void Ring::allreduce_direct(char* base, const std::vector<std::size_t>& seg, DataType type, ReduceOp op) {
+  int n = size();
+  std::size_t es = size_of(type);
+  auto mod = [n](int x) { return ((x % n) + n) % n; };
+  auto at = [&](int s) { return base + seg[static_cast<std::size_t>(s)] * es; };
+  auto len = [&](int s) { return (seg[static_cast<std::size_t>(s) + 1] - seg[static_cast<std::size_t>(s)]) * es; };
+  // This rank owns segment index+1 (as after the ring's reduce-scatter); member j
+  // owns segment j+1 and receives it from everyone.
+  const int mine = mod(index_ + 1);
+  const std::size_t piece = len(mine);
+  if (tmp_.size() < piece * static_cast<std::size_t>(n)) tmp_.resize(piece * static_cast<std::size_t>(n));
+  auto slot = [&](int j) { return tmp_.data() + static_cast<std::size_t>(j) * piece; };  // member j's piece of mine
+  std::vector<Transfer> xs;
+  for (int j = 0; j < n; ++j)
+    if (j != index_) xs.push_back({members_[static_cast<std::size_t>(j)], at(mod(j + 1)), len(mod(j + 1)), slot(j), piece});
+  exchange_all(xs, "allreduce");
+  // The ring's order for segment `mine`: start at member `mine`, then each next member
+  // folds its own term in front (accumulate(dst = its term, in = the partial)); the
+  // last one is this rank, whose term sits in place.
+  std::size_t count = piece / es;
+  if (count > 0) {
+    char* acc = slot(mine);
+    for (int k = 1; k < n - 1; ++k) {
+      char* term = slot(mod(mine + k));
+      reduce::accumulate(term, acc, count, type, op);
+      acc = term;
+    }
+    reduce::accumulate(at(mine), acc, count, type, op);
+  }
+  xs.clear();
+  for (int j = 0; j < n; ++j)
+    if (j != index_) xs.push_back({members_[static_cast<std::size_t>(j)], at(mine), piece, at(mod(j + 1)), len(mod(j + 1))});
+  exchange_all(xs, "allreduce");
+}
+
+void Ring::allreduce_exchange(char* base, const std::vector<std::size_t>& seg, DataType type, ReduceOp op) {
+  int n = size();
+  std::size_t es = size_of(type), bytes = seg.back() * es;
+  auto mod = [n](int x) { return ((x % n) + n) % n; };
+  if (tmp_.size() < bytes * static_cast<std::size_t>(n)) tmp_.resize(bytes * static_cast<std::size_t>(n));
+  std::vector<Transfer> xs;
+  for (int j = 0; j < n; ++j)
+    if (j != index_) xs.push_back({members_[static_cast<std::size_t>(j)], base, bytes, tmp_.data() + static_cast<std::size_t>(j) * bytes, bytes});
+  exchange_all(xs, "allreduce");
+  // Member j's term of element i: in place for this rank, else in j's slot.
+  auto term = [&](int j, std::size_t elem) {
+    return (j == index_ ? base : tmp_.data() + static_cast<std::size_t>(j) * bytes) + elem * es;
+  };
+  for (int s = 0; s < n; ++s) {
+    std::size_t first = seg[static_cast<std::size_t>(s)], count = seg[static_cast<std::size_t>(s) + 1] - first;
+    if (count == 0) continue;
+    // The ring's order for segment s (see allreduce_ring): x[s], then x[s+k] op that.
+    char* acc = term(s, first);
+    for (int k = 1; k < n; ++k) {
+      char* t = term(mod(s + k), first);
+      reduce::accumulate(t, acc, count, type, op);
+      acc = t;
+    }
+    if (acc != base + first * es) std::memcpy(base + first * es, acc, count * es);
+  }
+}
+
+void Ring::exchange_all(std::vector<Transfer>& xs, const char* during) {
+  std::vector<int> fds;
+  for (const Transfer& x : xs) fds.push_back(mesh_.link(x.peer, channel_));
+  std::size_t total = 0;
+  for (const Transfer& x : xs) total += x.slen + x.rlen;
+  const bool busy_poll = total <= plan_.busy_poll_bytes;
+  auto deadline = net::deadline_in(mesh_.timeout());
+  net::Clock::time_point idle_since{};
+  std::vector<pollfd> pfds;
+  while (true) {
+    bool progress = false, done = true;
+    for (std::size_t i = 0; i < xs.size(); ++i) {
+      Transfer& x = xs[i];
+      if (x.sent < x.slen) {
+        ssize_t k = ::send(fds[i], x.send + x.sent, x.slen - x.sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (k > 0) { x.sent += static_cast<std::size_t>(k); progress = true; }
+        else if (k < 0 && errno != EAGAIN && errno != EINTR)
+          mesh_.fail(during, x.peer, mesh_.who(x.peer) + " failed while we were sending: " + std::strerror(errno) +
+                                       " (it exited or was killed)");
+      }
+      if (x.got < x.rlen) {
+        ssize_t k = ::recv(fds[i], x.recv + x.got, x.rlen - x.got, MSG_DONTWAIT);
+        if (k > 0) { x.got += static_cast<std::size_t>(k); progress = true; }
+        else if (k == 0)
+          mesh_.fail(during, x.peer, mesh_.who(x.peer) + " closed the connection while we were receiving (it exited or was killed)");
+        else if (errno != EAGAIN && errno != EINTR)
+          mesh_.fail(during, x.peer, mesh_.who(x.peer) + " failed while we were receiving: " + std::strerror(errno));
+      }
+      done = done && x.sent == x.slen && x.got == x.rlen;
+    }
+    if (done) return;
+    if (progress) {
+      deadline = net::deadline_in(mesh_.timeout());
+      idle_since = {};
+      continue;
+    }
+    auto now = net::Clock::now();
+    if (idle_since == net::Clock::time_point{}) idle_since = now;
+    if (busy_poll && now - idle_since < kBusyPoll) {
+      mesh_.check_abort(during);
+      sched_yield();
+      continue;
+    }
+    pfds.clear();
+    for (std::size_t i = 0; i < xs.size(); ++i) {
+      short ev = static_cast<short>((xs[i].sent < xs[i].slen ? POLLOUT : 0) | (xs[i].got < xs[i].rlen ? POLLIN : 0));
+      if (ev) pfds.push_back({fds[i], ev, 0});
+    }
+    pfds.push_back({mesh_.abort_fd(), POLLIN, 0});
+    poll(pfds.data(), static_cast<nfds_t>(pfds.size()), net::poll_ms(deadline));
+    mesh_.check_abort(during);
+    if (net::Clock::now() >= deadline) {
+      for (const Transfer& x : xs)
+        if (x.got < x.rlen || x.sent < x.slen)
+          mesh_.fail(during, x.peer, mesh_.who(x.peer) + " did not answer within " + std::to_string(mesh_.timeout().count()) +
+                                       " ms (hung, stopped or unreachable; raise SAKER_COMM_TIMEOUT if it is only slow)");
+    }
+  }
+}
+
+void Ring::calibrate() {
+  int n = size();
+  constexpr std::size_t kSizes = std::size(kCalibrationSizes);
+  constexpr std::size_t kAlgos = 3;  // ring, direct, exchange
+  // times[kAlgos*i + a]: this rank's best of kCalibrationReps (1e30: not tried).
+  std::vector<double> times(kAlgos * kSizes, 1e30);
+  std::vector<float> buf(kCalibrationSizes[kSizes - 1] / sizeof(float), 0.0f);
+  for (std::size_t i = 0; i < kSizes; ++i) {
+    std::size_t count = kCalibrationSizes[i] / sizeof(float);
+    auto seg = even_split(count, n);
+    char* p = reinterpret_cast<char*>(buf.data());
+    for (int rep = 0; rep < kCalibrationReps; ++rep)
+      for (std::size_t a = 0; a < kAlgos; ++a) {
+        if (a == 2 && !exchange_fits(n, kCalibrationSizes[i])) continue;
+        auto t0 = net::Clock::now();
+        if (a == 0) allreduce_ring(p, seg, DataType::f32, ReduceOp::sum);
+        else if (a == 1) allreduce_direct(p, seg, DataType::f32, ReduceOp::sum);
+        else allreduce_exchange(p, seg, DataType::f32, ReduceOp::sum);
+        double s = std::chrono::duration<double>(net::Clock::now() - t0).count();
+        times[kAlgos * i + a] = std::min(times[kAlgos * i + a], s);
+      }
+  }
+  // Agree: the slowest member's times decide (the ring algorithm, whatever the plan).
+  allreduce_ring(reinterpret_cast<char*>(times.data()), even_split(times.size(), n), DataType::f64, ReduceOp::max);
+  // Each small algorithm serves the calibrated sizes up to the first where it lost:
+  // the exchange while it beats both others, the direct one while it beats the ring.
+  auto t = [&](std::size_t i, std::size_t a) { return times[kAlgos * i + a]; };
+  plan_.exchange_bytes = 0;
+  for (std::size_t i = 0; i < kSizes && t(i, 2) <= std::min(t(i, 0), t(i, 1)); ++i) plan_.exchange_bytes = kCalibrationSizes[i];
+  plan_.direct_bytes = 0;
+  for (std::size_t i = 0; i < kSizes && (kCalibrationSizes[i] <= plan_.exchange_bytes || t(i, 1) <= t(i, 0)); ++i)
+    plan_.direct_bytes = kCalibrationSizes[i];
 }
 
 void Ring::allgather(const void* send, void* recv, std::size_t bytes) {

@@ -5,6 +5,15 @@
 // The ring is any ordered subset of ranks (all ranks, or one leader per node).
 // Segment boundaries decide the reduction order of each element, so callers that
 // must be bitwise reproducible pass boundaries that do not depend on timing.
+//
+// Small allreduces take a direct algorithm instead: every rank sends each segment
+// straight to the rank that owns it, which reduces the pieces in the ring's order,
+// then sends the result to everyone: two steps instead of 2(n-1), the same bytes. The
+// smallest take the exchange: every rank sends its whole buffer to every other and
+// reduces all segments itself, each in the ring's order: one step, (n-1)x the bytes.
+// Both give bitwise the ring's result (the same operands in the same order), so the
+// sizes where they stop paying can be measured (collectively, on first use: all ranks
+// must agree on the algorithm) without making results depend on the measurement.
 #pragma once
 
 #include <cstddef>
@@ -13,13 +22,14 @@
 #include <vector>
 
 #include "launcher/comm/mesh.hpp"
+#include "launcher/comm/tuning.hpp"
 #include "saker/comm.hpp"
 
 namespace saker::comm {
 
 class Ring {
  public:
-  Ring(Mesh& mesh, std::vector<int> members, int channel, std::size_t chunk_bytes);
+  Ring(Mesh& mesh, std::vector<int> members, int channel, std::size_t chunk_bytes, LinkPlan plan = {});
 
   int size() const { return static_cast<int>(members_.size()); }
   int index() const { return index_; }
@@ -31,8 +41,26 @@ class Ring {
   void barrier();
 
   static std::vector<std::size_t> even_split(std::size_t count, int parts);
+  const LinkPlan& plan() const { return plan_; }
 
  private:
+  void allreduce_ring(char* base, const std::vector<std::size_t>& seg, DataType type, ReduceOp op);
+  void allreduce_direct(char* base, const std::vector<std::size_t>& seg, DataType type, ReduceOp op);
+  void allreduce_exchange(char* base, const std::vector<std::size_t>& seg, DataType type, ReduceOp op);
+  // Times the three algorithms on a few sizes, agrees on the slowest rank's times and
+  // sets plan_.exchange_bytes and direct_bytes. Collective: runs inside the first
+  // allreduce on every member.
+  void calibrate();
+  // One transfer per peer, all at once (the direct algorithm's steps).
+  struct Transfer {
+    int peer;
+    const char* send;
+    std::size_t slen;
+    char* recv;
+    std::size_t rlen;
+    std::size_t sent = 0, got = 0;
+  };
+  void exchange_all(std::vector<Transfer>& xs, const char* during);
   // With two ranks, data from index 1 to index 0 travels on channel + this.
   static constexpr int kSecondDirection = 64;
   // Sends sbuf to the next rank while receiving rbuf from the previous one. With
@@ -51,6 +79,8 @@ class Ring {
   int index_ = 0;
   int channel_;
   std::size_t chunk_;
+  LinkPlan plan_;
+  TimedChoice send_thread_[2];  // reduce-scatter and allgather exchanges: timed apart
   std::vector<char> tmp_;
 };
 

@@ -63,26 +63,6 @@ void publish(char* slot, const char* src, std::size_t bytes, bool streaming) {
 
 }  // namespace
 
-double StoreChoice::Recent::best() const {
-  double m = seconds_per_byte[0];
-  for (double v : seconds_per_byte) m = v > 0 && (m == 0 || v < m) ? v : m;
-  return m;
-}
-
-bool StoreChoice::streaming(std::size_t bytes) const {
-  const Stats& s = by_size_[static_cast<std::size_t>(std::bit_width(bytes))];
-  if (s.calls < 9) return s.calls != 0 && s.calls % 2 == 0;  // a cold first call, then each in turn, four times
-  bool best = s.mode[1].best() < s.mode[0].best();
-  return s.calls % 32 == 0 ? !best : best;  // look at the other one now and then
-}
-
-void StoreChoice::record(std::size_t bytes, bool streaming, double seconds) {
-  Stats& s = by_size_[static_cast<std::size_t>(std::bit_width(bytes))];
-  Recent& r = s.mode[streaming ? 1 : 0];
-  if (s.calls++ == 0) return;  // first touches and page faults: says nothing about stores
-  r.seconds_per_byte[r.next++ % r.seconds_per_byte.size()] = seconds / static_cast<double>(bytes);
-}
-
 ShmGroup::ShmGroup(Mesh& mesh, std::vector<int> members, const std::string& name, std::size_t slot_bytes)
     : mesh_(mesh), members_(std::move(members)), name_(name), slot_bytes_(slot_bytes / kLine * kLine) {
   auto it = std::find(members_.begin(), members_.end(), mesh.rank());

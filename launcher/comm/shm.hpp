@@ -18,32 +18,17 @@
 #include <vector>
 
 #include "launcher/comm/mesh.hpp"
+#include "launcher/comm/tuning.hpp"
 #include "saker/comm.hpp"
 
 namespace saker::comm {
 
 // Whether large allreduces publish into the slots with streaming (non-temporal) or
-// ordinary stores, per power-of-two size class (see publish() in shm.cpp). After a
-// cold first call and four calls with each, the faster one by the best of its last
-// four timed calls: slow outliers from a busy machine do not count, a lasting change
-// of placement does within four calls; the other one is tried every 32nd call.
-// Local to a rank: the stores never change a result.
-class StoreChoice {
+// ordinary stores, per power-of-two size class (see publish() in shm.cpp), picked by
+// timing both (TimedChoice, tuning.hpp). Local to a rank: the stores never change a result.
+class StoreChoice : public TimedChoice {
  public:
-  bool streaming(std::size_t bytes) const;
-  void record(std::size_t bytes, bool streaming, double seconds);
-
- private:
-  struct Recent {
-    std::array<double, 4> seconds_per_byte{};  // 0: not measured yet
-    unsigned next = 0;
-    double best() const;
-  };
-  struct Stats {
-    Recent mode[2];  // ordinary, streaming
-    std::uint64_t calls = 0;
-  };
-  std::array<Stats, 65> by_size_{};
+  bool streaming(std::size_t bytes) const { return second(bytes); }
 };
 
 class ShmGroup {

@@ -165,3 +165,56 @@ TEST_CASE("allreduce is bitwise reproducible for a fixed world size", "[comm][de
     CHECK(std::memcmp(first[0].data(), first[2].data(), first[0].size() * 4) == 0);  // every rank agrees
   }
 }
+
+// The ring, the direct algorithm and the exchange (small allreduces) must give the same
+// bits, so that the sizes where one hands over to the next can be measured at run time
+// without making results depend on the measurement. Values that expose operand order: random
+// magnitudes (sum), signed zeros and NaNs with different payloads (min, max, sum).
+TEST_CASE("direct and ring allreduce give bitwise identical results", "[comm][determinism]") {
+  auto run = [](int n, const char* direct_bytes, const char* exchange_bytes, DataType type, ReduceOp op, std::size_t count) {
+    setenv("SAKER_COMM_DIRECT_BYTES", direct_bytes, 1);
+    setenv("SAKER_COMM_EXCHANGE_BYTES", exchange_bytes, 1);
+    std::vector<std::string> nodes;  // one rank per node: the ring transport's own case
+    for (int r = 0; r < n; ++r) nodes.push_back("n" + std::to_string(r));
+    std::vector<std::vector<char>> results(static_cast<std::size_t>(n));
+    run_ranks(n, [&](Communicator& c, Failures&) {
+      c.set_transport(Transport::ring);
+      std::mt19937 rng(99 + static_cast<unsigned>(c.rank()));
+      std::normal_distribution<float> d(0.0f, 1e3f);
+      std::vector<char> v(count * size_of(type));
+      for (std::size_t i = 0; i < count; ++i) {
+        float x = d(rng);
+        if (i % 7 == 0) x = c.rank() % 2 ? -0.0f : 0.0f;
+        if (i % 11 == 0) {  // NaNs whose payload names the rank
+          std::uint32_t bits = 0x7fc00000u | static_cast<std::uint32_t>(c.rank() + 1);
+          std::memcpy(&x, &bits, 4);
+        }
+        if (type == DataType::f64) {
+          double y = x;
+          std::memcpy(v.data() + i * 8, &y, 8);
+        } else {
+          put(v.data(), i, type, static_cast<double>(x));
+          if (type == DataType::f32) std::memcpy(v.data() + i * 4, &x, 4);
+        }
+      }
+      c.allreduce(v.data(), count, type, op);
+      results[static_cast<std::size_t>(c.rank())] = v;
+    }, test::quick_options(), nodes);
+    unsetenv("SAKER_COMM_DIRECT_BYTES");
+    unsetenv("SAKER_COMM_EXCHANGE_BYTES");
+    return results;
+  };
+  for (int n : {2, 3, 4, 5})
+    for (DataType type : {DataType::f32, DataType::f64, DataType::f16, DataType::bf16})
+      for (ReduceOp op : {ReduceOp::sum, ReduceOp::min, ReduceOp::max})
+        for (std::size_t count : {std::size_t{3}, std::size_t{1001}, std::size_t{20011}}) {
+          INFO("n=" << n << " " << name_of(type) << " " << name_of(op) << " count=" << count);
+          auto ring = run(n, "0", "0", type, op, count), direct = run(n, "1000000000", "0", type, op, count),
+               exchange = run(n, "0", "1000000000", type, op, count);
+          for (int r = 0; r < n; ++r) {
+            REQUIRE(ring[static_cast<std::size_t>(r)] == direct[static_cast<std::size_t>(r)]);
+            REQUIRE(ring[static_cast<std::size_t>(r)] == exchange[static_cast<std::size_t>(r)]);
+            REQUIRE(ring[static_cast<std::size_t>(r)] == ring[0]);
+          }
+        }
+}
