@@ -31,7 +31,7 @@ root=$(mktemp -d /var/tmp/saker-clean-root.XXXXXX)
 mounts=()
 cleanup() {
   local m i
-  for ((i = ${#mounts[@]} - 1; i >= 0; i--)); do umount -l "${mounts[i]}" 2>/dev/null; done
+  for ((i = ${#mounts[@]} - 1; i >= 0; i--)); do umount -R -l "${mounts[i]}" 2>/dev/null; done
   # Daemons the tests started inside the root must not outlive it.
   for m in $(ls -l /proc/*/root 2>/dev/null | awk -v r="$root" '$NF == r { split($9, p, "/"); print p[3] }'); do
     kill -9 "$m" 2>/dev/null
@@ -60,8 +60,11 @@ done
 mkdir -p "$root/src/saker"
 (cd "$src" && git ls-files -co --exclude-standard -z | tar --null -T - -cf -) | tar -xf - -C "$root/src/saker"
 cp /etc/resolv.conf "$root/etc/resolv.conf"
-for m in proc sys dev dev/pts; do
-  mount --bind "/$m" "$root/$m" && mounts+=("$root/$m")
+# Recursive binds: slurmd needs /sys/fs/cgroup and the shared-memory transport /dev/shm,
+# both submounts that a plain --bind leaves out (the first full run failed on exactly that).
+mount -t proc proc "$root/proc" && mounts+=("$root/proc")
+for m in sys dev; do
+  mount --rbind "/$m" "$root/$m" && mount --make-rslave "$root/$m" && mounts+=("$root/$m")
 done
 mount -t tmpfs tmpfs "$root/run" && mounts+=("$root/run")
 mount -t tmpfs tmpfs "$root/tmp" && mounts+=("$root/tmp")
