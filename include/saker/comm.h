@@ -38,6 +38,9 @@ int saker_comm_allreduce_async(saker_comm* comm, void* data, size_t count, int d
                                saker_comm_handle** out);
 int saker_comm_enqueue_allreduce(saker_comm* comm, const char* name, void* data, size_t count,
                                  int dtype, int op, saker_comm_handle** out);
+/* Horovod's join (see Communicator::join): blocks until every rank joined; *last_rank
+   receives the rank that joined last. */
+int saker_comm_join(saker_comm* comm, int* last_rank);
 /* Waits, then frees the handle (whatever the outcome). */
 int saker_comm_wait(saker_comm_handle* handle);
 

@@ -180,6 +180,15 @@ class Communicator {
   // Tensor fusion: named tensors, any submission order across ranks (see top).
   Handle enqueue_allreduce(const std::string& name, void* data, std::size_t count, DataType type,
                            ReduceOp op = ReduceOp::sum);
+  // Horovod's join, for ranks that ran out of data before the others: until every rank
+  // has called join(), this rank stands in for each named tensor the others reduce,
+  // contributing the op's identity (0 for sum and avg, so avg still divides by size();
+  // the type's largest value for min, its lowest for max). Blocks until all ranks have
+  // joined and returns the rank that joined last (the highest of those that joined in
+  // the same negotiation round). Collective; may be called again for the next round.
+  // Only named allreduces are stood in for: the ordered collectives above still need
+  // every rank.
+  int join();
 
   // NCCL for device buffers (throws when built without NCCL or without a GPU).
   // stream is a cudaStream_t; the call returns once the work is enqueued on it.

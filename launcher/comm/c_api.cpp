@@ -100,6 +100,11 @@ int saker_comm_enqueue_allreduce(saker_comm* comm, const char* name, void* data,
   });
 }
 
+int saker_comm_join(saker_comm* comm, int* last_rank) {
+  if (!comm || !last_rank) return bad_args();
+  return guarded([&] { *last_rank = comm->c->join(); });
+}
+
 int saker_comm_wait(saker_comm_handle* handle) {
   if (!handle) return bad_args();
   int rc = guarded([&] { handle->h.wait(); });

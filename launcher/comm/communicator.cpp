@@ -241,6 +241,13 @@ void Communicator::barrier() {
   impl_->run_sync([&] { impl_->user->barrier(); });
 }
 
+int Communicator::join() {
+  if (!impl_->fusion_engine)
+    throw Error(explain("join() needs the fusion thread", "Options::fusion is false",
+                        "create the communicator with Options::fusion = true"));
+  return impl_->fusion_engine->join();
+}
+
 Handle Communicator::enqueue_allreduce(const std::string& name, void* data, std::size_t count, DataType type,
                                        ReduceOp op) {
   if (!impl_->fusion_engine)

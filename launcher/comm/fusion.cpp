@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <set>
 #include <sstream>
 
 #include "common/error.hpp"
 #include "common/json.hpp"
 #include "common/log.hpp"
+#include "launcher/comm/reduce.hpp"
 
 namespace saker::comm {
 namespace {
@@ -20,16 +22,19 @@ struct Spec {
 
 struct RankList {
   bool stop = false;
+  bool joined = false;
   std::vector<std::pair<std::string, Spec>> items;  // submission order
   std::map<std::string, Spec> by_name;
   std::set<std::string> expired;  // stalled past stall_abort on this rank
 };
 
 // One line per pending tensor: name \x1f count \x1f type \x1f op \x1f expired. The first
-// line is the stop flag. Names may hold anything but newlines and \x1f (checked at enqueue).
-std::string encode(bool stop, const std::vector<std::pair<std::string, Spec>>& items,
+// line holds the stop flag, then J when the rank has joined. Names may hold anything but
+// newlines and \x1f (checked at enqueue).
+std::string encode(bool stop, bool joined, const std::vector<std::pair<std::string, Spec>>& items,
                    const std::set<std::string>& expired) {
-  std::string s = stop ? "S1\n" : "S0\n";
+  std::string s = stop ? "S1" : "S0";
+  s += joined ? "J\n" : "\n";
   for (const auto& [name, spec] : items)
     s += name + '\x1f' + std::to_string(spec.count) + '\x1f' + std::to_string(spec.type) + '\x1f' +
          std::to_string(spec.op) + '\x1f' + (expired.count(name) ? '1' : '0') + '\n';
@@ -41,7 +46,8 @@ RankList decode(std::string_view text) {
   std::istringstream in{std::string(text)};
   std::string line;
   std::getline(in, line);
-  out.stop = line == "S1";
+  out.stop = line.starts_with("S1");
+  out.joined = line.size() > 2 && line[2] == 'J';
   while (std::getline(in, line)) {
     auto a = line.find('\x1f'), b = line.find('\x1f', a + 1), c = line.find('\x1f', b + 1);
     auto e = line.find('\x1f', c + 1);
@@ -91,8 +97,49 @@ Handle FusionEngine::enqueue(const std::string& name, void* data, std::size_t co
   return Handle(state);
 }
 
+int FusionEngine::join() {
+  auto state = std::make_shared<Handle::State>();
+  state->what = "join()";
+  // Peers may train for a long time before they join; a dead peer fails the fusion
+  // thread's own collectives (bounded by the timeout), which fails this wait too.
+  state->limit = std::chrono::hours(24 * 30);
+  auto result = std::make_shared<int>(-1);
+  {
+    std::lock_guard lock(mu_);
+    if (finished_) throw Error("saker: join() after the fusion thread stopped");
+    if (join_state_)
+      throw Error(explain("join() is already waiting on this rank", "a rank joins once per round",
+                          "call join() from one thread, once, after the rank's last step"));
+    join_state_ = state;
+    join_result_ = result;
+    woken_ = true;
+  }
+  wake_.notify_one();
+  Handle(state).wait();
+  return *result;  // written before the state finished (under its mutex)
+}
+
+void FusionEngine::track_joins(const std::vector<bool>& joined) {
+  if (seen_joined_.size() != joined.size()) seen_joined_.assign(joined.size(), false);
+  for (std::size_t r = 0; r < joined.size(); ++r)
+    if (joined[r] && !seen_joined_[r]) {
+      seen_joined_[r] = true;
+      join_last_ = static_cast<int>(r);  // ascending: the highest rank of this cycle wins
+    }
+  if (std::find(joined.begin(), joined.end(), false) != joined.end()) return;
+  std::lock_guard lock(mu_);
+  seen_joined_.assign(joined.size(), false);  // a new round may start (the next epoch)
+  if (join_state_) {
+    *join_result_ = join_last_;
+    join_state_->finish();
+  }
+  join_state_.reset();
+}
+
 void FusionEngine::fail_all(std::exception_ptr e) {
   std::lock_guard lock(mu_);
+  if (join_state_) join_state_->finish(e);
+  join_state_.reset();
   for (auto& [name, entry] : pending_) entry.state->finish(e);
   pending_.clear();
   order_.clear();
@@ -127,10 +174,11 @@ void FusionEngine::loop() {
 
 bool FusionEngine::cycle() {
   std::vector<std::pair<std::string, Spec>> mine;
-  bool stop;
+  bool stop, joining;
   {
     std::lock_guard lock(mu_);
     stop = stop_;
+    joining = join_state_ != nullptr;
     for (const auto& name : order_) {
       const Entry& e = pending_.at(name);
       mine.emplace_back(name, Spec{e.count, static_cast<int>(e.type), static_cast<int>(e.op)});
@@ -149,7 +197,7 @@ bool FusionEngine::cycle() {
     for (const auto& [name, since] : partial_since_)
       if (now - since >= comm_.options.stall_abort) expired.insert(name);
   }
-  std::string text = encode(stop, mine, expired);
+  std::string text = encode(stop, joining, mine, expired);
   std::uint64_t len = text.size();
   std::vector<std::uint64_t> lens(static_cast<std::size_t>(n));
   core.allgather(&len, lens.data(), sizeof len);
@@ -159,30 +207,49 @@ bool FusionEngine::cycle() {
   std::vector<char> all(width * static_cast<std::size_t>(n));
   core.allgather(text.data(), all.data(), width);
   std::vector<RankList> lists;
+  std::vector<bool> joined;
   bool all_stop = true, any_pending = false;
   for (int r = 0; r < n; ++r) {
     lists.push_back(decode(std::string_view(all.data() + static_cast<std::size_t>(r) * width, lens[static_cast<std::size_t>(r)])));
     all_stop = all_stop && lists.back().stop;
     any_pending = any_pending || !lists.back().items.empty();
+    joined.push_back(lists.back().joined);
   }
+  const bool any_joined = std::find(joined.begin(), joined.end(), true) != joined.end();
   if (any_pending) comm_.timeline->span("negotiate", "fuse", kTidFusion, t0, Timeline::Clock::now());
   if (all_stop) {
     fail_all(std::make_exception_ptr(Error("saker: the communicator was destroyed before this tensor was reduced")));
     return false;
   }
-  // Ready: pending on every rank, in rank 0's submission order (the same on all ranks).
+  // Ready: pending on every rank that has not joined. Order: rank 0's submissions, then
+  // rank 1's others, ... (the same on all ranks; rank 0's order when nobody joined).
   std::vector<std::pair<std::string, Entry>> ready;
   std::set<std::string> everywhere;
-  for (const auto& [name, spec] : lists[0].items) {
+  std::vector<std::pair<std::string, Spec>> candidates;
+  for (const auto& list : lists)
+    for (const auto& item : list.items)
+      if (everywhere.insert(item.first).second) candidates.push_back(item);
+  everywhere.clear();
+  std::deque<std::vector<char>> stand_ins;  // a joined rank's identity buffers, alive until reduced
+  for (const auto& [name, spec] : candidates) {
     bool in_all = true, same = true;
-    for (int r = 1; r < n && in_all; ++r) {
+    for (int r = 0; r < n && in_all; ++r) {
       auto it = lists[static_cast<std::size_t>(r)].by_name.find(name);
-      in_all = it != lists[static_cast<std::size_t>(r)].by_name.end();
-      same = same && (!in_all || it->second == spec);
+      const bool has = it != lists[static_cast<std::size_t>(r)].by_name.end();
+      in_all = has || joined[static_cast<std::size_t>(r)];
+      same = same && (!has || it->second == spec);
     }
     if (!in_all) continue;
     everywhere.insert(name);
     std::lock_guard lock(mu_);
+    if (!pending_.count(name)) {  // joined here: stand in with the op's identity
+      if (!same) continue;  // the ranks that hold it fail it
+      auto& buf = stand_ins.emplace_back(spec.count * size_of(static_cast<DataType>(spec.type)));
+      Entry e{buf.data(), spec.count, static_cast<DataType>(spec.type), static_cast<ReduceOp>(spec.op), nullptr};
+      reduce::fill_identity(e.data, e.count, e.type, e.op);
+      ready.emplace_back(name, e);
+      continue;
+    }
     Entry e = pending_.at(name);
     pending_.erase(name);
     std::erase(order_, name);
@@ -213,6 +280,7 @@ bool FusionEngine::cycle() {
     group_bytes += bytes;
   }
   if (!group.empty()) reduce_group(group, t);
+  if (any_joined) track_joins(joined);
   // Stall report: names some ranks submitted and others did not.
   std::map<std::string, std::vector<int>> holders;
   for (int r = 0; r < n; ++r)
@@ -227,6 +295,7 @@ bool FusionEngine::cycle() {
     for (int r : ranks) have += (have.empty() ? "" : ", ") + std::to_string(r);
     for (int r = 0, k = 0; r < n; ++r) {
       if (k < static_cast<int>(ranks.size()) && ranks[static_cast<std::size_t>(k)] == r) { ++k; continue; }
+      if (joined[static_cast<std::size_t>(r)]) continue;  // stands in; not what is missing
       missing += (missing.empty() ? "" : ", ") + comm_.mesh->who(r);
     }
     std::string report = "stall: tensor '" + name + "' was submitted by rank(s) " + have + " but " + missing +
@@ -250,7 +319,7 @@ bool FusionEngine::cycle() {
     }
   }
   std::erase_if(partial_since_, [&](const auto& kv) { return !holders.count(kv.first); });
-  return !any_pending;
+  return !any_pending && !any_joined;  // a joined rank's peers must not wait out an idle pause
 }
 
 void FusionEngine::reduce_group(const std::vector<std::pair<std::string, Entry>>& group, Transport t) {
@@ -302,10 +371,12 @@ void FusionEngine::reduce_group(const std::vector<std::pair<std::string, Entry>>
       walk(false);
     }
   } catch (...) {
-    for (const auto& g : group) g.second.state->finish(std::current_exception());
+    for (const auto& g : group)
+      if (g.second.state) g.second.state->finish(std::current_exception());
     throw;  // the links are broken: stop the fusion thread
   }
-  for (const auto& g : group) g.second.state->finish();
+  for (const auto& g : group)
+    if (g.second.state) g.second.state->finish();  // a joined rank's stand-ins have none
 }
 
 }  // namespace saker::comm

@@ -1,6 +1,9 @@
 #include "launcher/comm/net.hpp"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -15,6 +18,7 @@
 #include <thread>
 
 #include "common/error.hpp"
+#include "common/log.hpp"
 
 namespace saker::comm::net {
 
@@ -164,9 +168,44 @@ std::string host_name() {
   return buf;
 }
 
+namespace {
+
+std::string first_interface_address() {
+  ifaddrs* all = nullptr;
+  if (getifaddrs(&all) != 0) return "127.0.0.1";
+  std::string out = "127.0.0.1";
+  for (ifaddrs* i = all; i; i = i->ifa_next) {
+    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP) || (i->ifa_flags & IFF_LOOPBACK))
+      continue;
+    char text[INET_ADDRSTRLEN] = {0};
+    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, text, sizeof text);
+    out = text;
+    break;
+  }
+  freeifaddrs(all);
+  return out;
+}
+
+}  // namespace
+
 std::string advertised_address() {
   if (const char* a = std::getenv("SAKER_COMM_ADDR"); a && *a) return a;
-  return host_name();
+  const std::string name = host_name();
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  addrinfo* res = nullptr;
+  const int rc = getaddrinfo(name.c_str(), nullptr, &hints, &res);
+  if (rc == 0) {
+    freeaddrinfo(res);
+    return name;
+  }
+  static const std::string fallback = [&] {
+    std::string ip = first_interface_address();
+    log::warn("comm: this host's name '" + name + "' does not resolve (" + gai_strerror(rc) + "); peers will reach it at " +
+              ip + " (fix: add the name to /etc/hosts or DNS, or set SAKER_COMM_ADDR)");
+    return ip;
+  }();
+  return fallback;
 }
 
 }  // namespace saker::comm::net

@@ -51,7 +51,10 @@ void send_all(int fd, const void* data, std::size_t len, Deadline d, const std::
 void recv_all(int fd, void* data, std::size_t len, Deadline d, const std::string& what);
 
 std::string host_name();
-// The address peers should use to reach this host (SAKER_COMM_ADDR or the host name).
+// The address peers should use to reach this host: SAKER_COMM_ADDR, else the host name
+// when it resolves, else (a machine without its name in /etc/hosts or DNS, e.g. a bare
+// root filesystem) the first up non-loopback IPv4 interface's address, else 127.0.0.1;
+// the fallback is logged once with the fix.
 std::string advertised_address();
 
 }  // namespace saker::comm::net

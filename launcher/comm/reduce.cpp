@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cmath>
 #include <cstring>
 #include <immintrin.h>
 
@@ -203,6 +204,29 @@ void combine(void* out, const void* const* ins, int n, std::size_t count, DataTy
     case DataType::f64: return combine_typed<double>(out, also, ins, n, count, op);
     case DataType::i32: return combine_typed<std::int32_t>(out, also, ins, n, count, op);
     case DataType::i64: return combine_typed<std::int64_t>(out, also, ins, n, count, op);
+  }
+}
+
+namespace {
+template <class T>
+void fill(void* data, std::size_t count, T value) {
+  std::fill_n(static_cast<T*>(data), count, value);
+}
+}  // namespace
+
+void fill_identity(void* data, std::size_t count, DataType type, ReduceOp op) {
+  if (op == ReduceOp::sum || op == ReduceOp::avg) {
+    std::memset(data, 0, count * size_of(type));
+    return;
+  }
+  const bool min = op == ReduceOp::min;
+  switch (type) {
+    case DataType::f32: return fill<float>(data, count, min ? INFINITY : -INFINITY);
+    case DataType::f64: return fill<double>(data, count, min ? INFINITY : -INFINITY);
+    case DataType::i32: return fill<std::int32_t>(data, count, min ? INT32_MAX : INT32_MIN);
+    case DataType::i64: return fill<std::int64_t>(data, count, min ? INT64_MAX : INT64_MIN);
+    case DataType::f16: return fill<unsigned short>(data, count, min ? 0x7c00 : 0xfc00);
+    case DataType::bf16: return fill<unsigned short>(data, count, min ? 0x7f80 : 0xff80);
   }
 }
 

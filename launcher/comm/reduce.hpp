@@ -19,6 +19,10 @@ void accumulate(void* acc, const void* in, std::size_t count, DataType type, Red
 // reduced part while storing it, saving one trip through memory).
 void combine(void* out, const void* const* ins, int n, std::size_t count, DataType type, ReduceOp op,
              void* also = nullptr);
+// data[i] = the identity of op: 0 for sum and avg, the type's largest value for min
+// (+inf for floating types), its lowest for max (-inf). What a rank that has joined
+// contributes to its peers' reductions.
+void fill_identity(void* data, std::size_t count, DataType type, ReduceOp op);
 // data[i] /= n (integer division for integer types).
 void scale_for_avg(void* data, std::size_t count, DataType type, int n);
 

@@ -101,6 +101,8 @@ PYBIND11_MODULE(_comm, m) {
           },
           py::call_guard<py::gil_scoped_release>())
       .def("barrier", &Communicator::barrier, py::call_guard<py::gil_scoped_release>())
+      .def("join", &Communicator::join, py::call_guard<py::gil_scoped_release>(),
+           "Horovod's join: stand in for named allreduces until every rank joined; returns the last.")
       .def(
           "allreduce_async",
           [](Communicator& c, std::uintptr_t data, std::size_t count, int dtype, int op) {

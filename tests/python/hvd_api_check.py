@@ -78,7 +78,6 @@ def collectives(r, n):
     check(hvd.allgather_object(("r", r)) == [("r", k) for k in range(n)], "allgather_object")
 
     expect_error(NotImplementedError, ["Adasum", "Average"], lambda: hvd.allreduce(x, op=hvd.Adasum))
-    expect_error(NotImplementedError, ["join", "drop_last"], hvd.join)
     expect_error(TypeError, ["torch.uint8"], lambda: hvd.allreduce(torch.ones(2, dtype=torch.uint8)))
 
 
@@ -110,6 +109,38 @@ def optimizer(r, n):
     st = torch.optim.Adam(model.parameters(), lr=0.01 * (r + 1))
     hvd.broadcast_optimizer_state(st, root_rank=0)
     check(st.param_groups[0]["lr"] == 0.01, "broadcast_optimizer_state gives rank 0's hyper-parameters")
+
+
+def join_uneven(r, n):
+    """Horovod's join with uneven data: rank r has r+1 batches. A rank that joined stands in
+    with zero gradients, Average still divides by size(), so the model equals a single
+    process applying, at step s, the gradients of the ranks that still had data, over n.
+    The rank with the most batches joins last, and every rank hears so; as in Horovod, the
+    ranks that joined early missed the later steps and take the last rank's parameters."""
+    torch.manual_seed(1)
+    model = torch.nn.Linear(3, 2)
+    ref = torch.nn.Linear(3, 2)
+    ref.load_state_dict(model.state_dict())
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05),
+                                   named_parameters=model.named_parameters(prefix="uneven"))
+    batch = lambda k, s: torch.randn(4, 3, generator=torch.Generator().manual_seed(1000 * k + s))
+    for s in range(r + 1):
+        opt.zero_grad()
+        model(batch(r, s)).pow(2).sum().backward()
+        opt.step()
+    last = hvd.join()
+    check(last == n - 1, f"join() returns the last rank to join ({n - 1}), got {last}")
+    hvd.broadcast_parameters(model.state_dict(), root_rank=last)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.05)
+    for s in range(n):
+        ref_opt.zero_grad()
+        for k in range(s, n):  # ranks k >= s still had a batch at step s
+            (ref(batch(k, s)).pow(2).sum() / n).backward()
+        ref_opt.step()
+    for (name, a), b in zip(model.state_dict().items(), ref.state_dict().values()):
+        check(torch.allclose(a, b, atol=1e-5), f"join: rank {r}'s {name} matches the uneven-data reference")
+    same = hvd.allgather_object([v.tolist() for v in model.state_dict().values()])
+    check(all(x == same[0] for x in same), "join: parameters identical on every rank")
 
 
 def sync_batch_norm(r, n):
@@ -154,6 +185,7 @@ if sys.argv[1:] == ["mismatch"]:
 else:
     collectives(rank, size)
     optimizer(rank, size)
+    join_uneven(rank, size)
     sync_batch_norm(rank, size)
     print(f"hvd-api ok rank {rank}/{size} local {hvd.local_rank()}/{hvd.local_size()} "
           f"cross {hvd.cross_rank()}/{hvd.cross_size()}", flush=True)

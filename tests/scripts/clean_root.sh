@@ -10,6 +10,7 @@
 # cores). The minimal root is cached as a tarball (SAKER_CLEAN_ROOT_CACHE) so only the
 # first run downloads it; every run starts from the untouched tarball.
 #   SAKER_CLEAN_ROOT_STEPS="install-deps check demo"   which steps to run (default: all)
+#   SAKER_CLEAN_ROOT_LOGS=DIR   where a failed step's logs are kept (default /var/tmp/saker-clean-root-logs)
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 src=${SAKER_SRCDIR:-$(cd "$here/../.." && pwd)}
@@ -28,6 +29,7 @@ bad() { echo "not ok - $*"; fail=$((fail + 1)); }
 finish() { echo "# clean_root: $pass passed, $fail failed"; ((fail == 0)); exit $?; }
 
 root=$(mktemp -d /var/tmp/saker-clean-root.XXXXXX)
+kept=${SAKER_CLEAN_ROOT_LOGS:-/var/tmp/saker-clean-root-logs}  # a failed step's logs survive the root here
 mounts=()
 cleanup() {
   local m i
@@ -92,6 +94,12 @@ for step in $steps; do
       ;;
     *) bad "unknown step '$step' in SAKER_CLEAN_ROOT_STEPS (known: install-deps check demo)"; continue ;;
   esac
-  ((rc == 0)) || { echo "# last lines of $step:"; tail -n 30 "$log" | sed 's/^/#   /'; }
+  if ((rc != 0)); then
+    echo "# last lines of $step:"; tail -n 30 "$log" | sed 's/^/#   /'
+    # The root goes at exit: keep what explains the failure (the step's log, every test log).
+    mkdir -p "$kept" && cp "$log" "$kept/" &&
+      (cd "$root/src/saker" && find build -name '*.log' -print0 2>/dev/null | tar --null -T - -czf "$kept/$step-test-logs.tgz")
+    echo "# logs kept in $kept"
+  fi
 done
 finish

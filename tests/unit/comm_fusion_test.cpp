@@ -1,6 +1,9 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -8,6 +11,7 @@
 #include <sstream>
 
 #include "comm_test_support.hpp"
+#include "launcher/comm/reduce.hpp"
 
 using namespace saker::comm;
 using namespace std::chrono_literals;
@@ -129,4 +133,129 @@ TEST_CASE("timeline: a Chrome trace with enqueue, fuse and transfer events", "[c
   CHECK(trace.find("]") != std::string::npos);
   for (const char* needle : {"\"enqueue a\"", "\"negotiate\"", "\"cat\":\"transfer\"", "\"ph\":\"X\"", "\"pid\":1"})
     CHECK_THAT(trace, Catch::Contains(needle));
+}
+
+// join(): ranks that ran out of data stand in for the others' named tensors. Attacks:
+// every op (a zero stand-in would win min/max), every transport, a rank that never
+// submits a name, the divisor of avg, bitwise equality with explicit zeros, the
+// returned last rank, and a second round (the next epoch).
+TEST_CASE("join: a joined rank stands in with the op's identity and avg divides by size", "[comm][fusion][join]") {
+  for (Transport t : {Transport::ring, Transport::shm}) {
+    std::vector<int> last(3, -9);
+    run_ranks(3, [&](Communicator& c, Failures& f) {
+      c.set_transport(t);
+      const int r = c.rank();
+      std::vector<float> avg(1001, static_cast<float>(r + 1) / 7.0f);
+      std::vector<float> mn(513, static_cast<float>(r + 5)), mx_f(17, -static_cast<float>(r + 5));
+      std::vector<std::int32_t> mx(33, -(r + 10));
+      std::vector<std::int64_t> sum(9, r + 100);
+      std::vector<unsigned short> half(5, saker::comm::reduce::float_to_half(-1.5f - static_cast<float>(r)));
+      if (r == 1) {
+        last[1] = c.join();
+        return;
+      }
+      std::vector<Handle> h{c.enqueue_allreduce("avg", avg.data(), avg.size(), DataType::f32, ReduceOp::avg),
+                            c.enqueue_allreduce("min", mn.data(), mn.size(), DataType::f32, ReduceOp::min),
+                            c.enqueue_allreduce("max_f", mx_f.data(), mx_f.size(), DataType::f32, ReduceOp::max),
+                            c.enqueue_allreduce("max", mx.data(), mx.size(), DataType::i32, ReduceOp::max),
+                            c.enqueue_allreduce("sum", sum.data(), sum.size(), DataType::i64, ReduceOp::sum),
+                            c.enqueue_allreduce("half", half.data(), half.size(), DataType::f16, ReduceOp::max)};
+      for (auto& x : h) x.wait();
+      if (mn.front() != 5.0f || mn.back() != 5.0f) f.add("min " + std::to_string(mn.front()) + ", want 5 (not 0)");
+      if (mx_f.front() != -5.0f) f.add("max f32 " + std::to_string(mx_f.front()) + ", want -5");
+      if (mx.front() != -10 || mx.back() != -10) f.add("max i32 " + std::to_string(mx.front()) + ", want -10");
+      if (sum.front() != 200 + 2) f.add("sum " + std::to_string(sum.front()) + ", want 202");
+      if (half.front() != saker::comm::reduce::float_to_half(-1.5f)) f.add("max f16 wrong");
+      const float want = (1.0f / 7 + 3.0f / 7) / 3;  // divided by size(), not by the ranks that submitted
+      if (std::abs(avg.front() - want) > 1e-6f) f.add("avg " + std::to_string(avg.front()) + ", want " + std::to_string(want));
+      last[static_cast<std::size_t>(r)] = c.join();
+    }, fusion_options());
+    CHECK(last[0] == last[1]);
+    CHECK(last[1] == last[2]);
+    CHECK((last[0] == 0 || last[0] == 2));
+  }
+}
+
+TEST_CASE("join: stand-ins give bitwise the result of explicit zeros", "[comm][fusion][join][determinism]") {
+  auto data = [](int rank) {
+    std::mt19937 rng(7 + static_cast<unsigned>(rank));
+    std::normal_distribution<float> d(0, 1e3f);
+    std::vector<float> v(70001);
+    for (auto& x : v) x = d(rng);
+    return v;
+  };
+  std::vector<std::vector<float>> joined(3), explicit_zeros(3);
+  run_ranks(3, [&](Communicator& c, Failures&) {
+    c.set_transport(Transport::ring);
+    const auto r = static_cast<std::size_t>(c.rank());
+    auto v = r == 2 ? std::vector<float>(70001, 0.0f) : data(c.rank());
+    c.enqueue_allreduce("g", v.data(), v.size(), DataType::f32, ReduceOp::avg).wait();
+    explicit_zeros[r] = v;
+    if (r == 2) {
+      c.join();
+    } else {
+      auto w = data(c.rank());
+      c.enqueue_allreduce("g", w.data(), w.size(), DataType::f32, ReduceOp::avg).wait();
+      joined[r] = w;
+      c.join();
+    }
+  }, fusion_options());
+  for (std::size_t r : {0u, 1u}) {
+    REQUIRE(joined[r].size() == explicit_zeros[r].size());
+    CHECK(std::memcmp(joined[r].data(), explicit_zeros[r].data(), joined[r].size() * 4) == 0);
+  }
+}
+
+TEST_CASE("join: the last rank to join is reported on every rank, and the next round starts clean", "[comm][fusion][join]") {
+  std::vector<int> first(3, -9), second(3, -9);
+  run_ranks(3, [&](Communicator& c, Failures& f) {
+    const auto r = static_cast<std::size_t>(c.rank());
+    if (r == 2) {
+      // Alone: everyone else has joined, so this reduces against two stand-ins.
+      std::int64_t late = 5;
+      c.enqueue_allreduce("late", &late, 1, DataType::i64).wait();
+      if (late != 5) f.add("late " + std::to_string(late) + ", want 5");
+      std::this_thread::sleep_for(300ms);
+    }
+    first[r] = c.join();
+    // Round two: everybody submits again, then rank 2 joins first.
+    double x = 1;
+    c.enqueue_allreduce("epoch2", &x, 1, DataType::f64).wait();
+    if (x != 3) f.add("epoch2 " + std::to_string(x) + ", want 3 (a stale join stood in?)");
+    if (r != 2) std::this_thread::sleep_for(300ms);
+    second[r] = c.join();
+  }, fusion_options());
+  CHECK(first == std::vector<int>{2, 2, 2});
+  CHECK(second[0] == second[1]);
+  CHECK(second[1] == second[2]);
+  CHECK((second[0] == 0 || second[0] == 1));
+}
+
+TEST_CASE("join: a stall report does not blame a rank that has joined", "[comm][fusion][join][stall]") {
+  Options o = fusion_options();
+  o.stall_warning = 100ms;
+  o.stall_abort = 400ms;
+  std::string error;
+  std::atomic<bool> reported{false};
+  run_ranks(3, [&](Communicator& c, Failures& f) {
+    if (c.rank() == 2) {
+      c.join();
+      return;
+    }
+    float b = 1;
+    if (c.rank() == 0) {
+      try {
+        c.enqueue_allreduce("only0", &b, 1, DataType::f32).wait();
+        f.add("'only0' completed although rank 1 never submitted it");
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+      reported = true;
+    } else {
+      while (!reported) std::this_thread::sleep_for(10ms);  // joining now would stand in for it
+    }
+    c.join();
+  }, o);
+  CHECK_THAT(error, Catch::Contains("'only0'") && Catch::Contains("rank 1 (host"));
+  CHECK_THAT(error, !Catch::Contains("rank 2 (host"));
 }

@@ -299,9 +299,15 @@ def barrier(process_set=None):
 
 
 def join(device=-1):
-    raise NotImplementedError("saker.torch.join() is not supported: Saker has no zero-contribution path for ranks "
-                              "that ran out of data; give every rank the same number of batches (e.g. "
-                              "DistributedSampler(drop_last=True)) instead")
+    """Horovod's join: this rank ran out of data. Until every rank has joined, it stands in
+    for each named allreduce the others run (DistributedOptimizer's gradients, allreduce
+    with or without a name), contributing zeros (Average still divides by size()), or the
+    type's largest/lowest value for Min/Max. Returns the rank that joined last. Broadcasts
+    and allgathers still need every rank: do not call them while a rank may have joined.
+    device is accepted for Horovod compatibility (tensors are staged through host memory)."""
+    if not isinstance(device, int):
+        raise TypeError(f"join(device={device!r}): device is a CUDA device index or -1")
+    return runtime.comm().join()
 
 
 def _no_process_set(process_set):
