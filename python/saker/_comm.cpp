@@ -122,6 +122,17 @@ PYBIND11_MODULE(_comm, m) {
           },
           py::call_guard<py::gil_scoped_release>())
       .def("barrier_async", &Communicator::barrier_async, py::call_guard<py::gil_scoped_release>())
+      .def_static("nccl_available", &Communicator::nccl_available,
+                  "True when libsaker_comm was built with CUDA and NCCL and a device is visible.")
+      .def("nccl_device", &Communicator::nccl_device, py::call_guard<py::gil_scoped_release>(),
+           "Set NCCL up (collective); returns the CUDA device this rank drives.")
+      .def(
+          "allreduce_device",
+          [](Communicator& c, std::uintptr_t data, std::size_t count, int dtype, int op, std::uintptr_t stream) {
+            c.allreduce_device(ptr(data), count, dtype_of(dtype), op_of(op), ptr(stream));
+          },
+          py::call_guard<py::gil_scoped_release>(),
+          "NCCL allreduce of device memory, enqueued on the given cudaStream_t (returns once enqueued).")
       .def(
           "enqueue_allreduce",
           [](Communicator& c, const std::string& name, std::uintptr_t data, std::size_t count, int dtype,

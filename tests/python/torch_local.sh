@@ -31,6 +31,8 @@ same_on_ranks() { [[ $(grep -c ' params ' <<<"$1") == "$2" && $(grep ' params ' 
 
 assert_rc 0 "Horovod API checks, 3 ranks" -- "$run" --local -n 3 --max-restarts 0 -- $py "$SAKER_SRCDIR/tests/python/hvd_api_check.py"
 for r in 0 1 2; do assert_contains "$IT_OUT" "hvd-api ok rank $r/3 local $r/3 cross 0/1" "rank $r passes"; done
+assert_rc 0 "the saker backend, collective by collective, 3 ranks" -- "$run" --local -n 3 --max-restarts 0 -- $py "$SAKER_SRCDIR/tests/python/backend_check.py"
+for r in 0 1 2; do assert_contains "$IT_OUT" "backend ok rank $r/3" "backend checks pass on rank $r"; done
 
 assert_rc 0 "Horovod-style training, 2 ranks" -- "$run" --local -n 2 -- $py "$ex/train_hvd.py" --steps $steps --save-params "$tmp/hvd.pt"
 hvd1=$IT_OUT

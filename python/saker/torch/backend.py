@@ -1,4 +1,4 @@
-"""A `saker` backend for torch.distributed (CPU tensors), registered on import.
+"""A `saker` backend for torch.distributed, registered on import.
 
     import saker.torch
     torch.distributed.init_process_group("saker")
@@ -9,6 +9,12 @@ backend is Python over saker._comm: no libtorch build. Collectives run on libsak
 background thread in submission order (the MPI contract torch.distributed already
 imposes); a completion thread resolves each Work's future when its bytes have arrived,
 so DDP's bucket allreduces overlap the backward pass as they do on Gloo.
+
+Device (CUDA) tensors, with a CUDA build of torch: allreduce goes to Saker's NCCL path
+(enqueued on the caller's current stream, as NCCL's own backend orders it), when
+libsaker_comm was built with NCCL; the other collectives, and allreduce without NCCL,
+stage the tensor through host memory. Debian's python3-torch is a CPU-only build, so
+there this path never runs.
 
 Rendezvous: under srun (PMI2 or a Slurm step) libsaker_comm's own bootstrap; elsewhere
 (saker-run --local, torchrun) rank 0 serves a Saker store and publishes its address in
@@ -49,11 +55,35 @@ def _dtype_code(t):
                            f"not {t.dtype}") from None
 
 
-def _check_cpu(tensors, what):
+def _check_device(tensors, what):
     for t in tensors:
-        if t.device.type != "cpu":
-            raise RuntimeError(f"the saker backend's {what} takes CPU tensors, not {t.device}; use "
-                               "init_process_group('nccl') for GPU tensors")
+        if t.device.type not in ("cpu", "cuda"):
+            raise RuntimeError(f"the saker backend's {what} takes CPU or CUDA tensors, not {t.device}")
+
+
+class _Staged:
+    """A contiguous host buffer for tensor t, and how to put the result back. CUDA tensors
+    are copied out on their current stream (synchronously) and back on that same stream,
+    from whichever thread completes the Work, so the caller's later kernels see it."""
+
+    def __init__(self, t):
+        self.tensor = t
+        if t.device.type == "cuda":
+            self.stream = torch.cuda.current_stream(t.device)
+            self.buf = t.detach().to("cpu").contiguous()
+        else:
+            self.stream = None
+            self.buf = t if t.is_contiguous() else t.contiguous()
+
+    def restore(self, result=None):
+        src = self.buf if result is None else result
+        if src is self.tensor:
+            return
+        if self.stream is None:
+            self.tensor.copy_(src)
+            return
+        with torch.cuda.stream(self.stream):
+            self.tensor.copy_(src, non_blocking=False)
 
 
 class _Work(Work):
@@ -137,40 +167,54 @@ class SakerProcessGroup(ProcessGroup):
     def name(self):
         return "saker"
 
-    def _flat(self, tensors, what):
-        _check_cpu(tensors, what)
+    def _one(self, tensors, what):
+        _check_device(tensors, what)
         if len(tensors) != 1:
             raise RuntimeError(f"the saker backend's {what} takes one tensor per rank (got {len(tensors)})")
-        t = tensors[0]
-        return t, (t if t.is_contiguous() else t.contiguous())
+        return tensors[0]
 
     def allreduce(self, tensors, opts=None):
-        t, buf = self._flat(tensors, "allreduce")
+        t = self._one(tensors, "allreduce")
         op = _op_code(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
-        h = self._comm.allreduce_async(buf.data_ptr(), buf.numel(), _dtype_code(buf), op)
-        return self._done.submit(h, _Work(tensors), None if buf is t else (lambda: t.copy_(buf)))
+        if t.device.type == "cuda" and self._comm.nccl_available():
+            return self._allreduce_nccl(t, tensors, op)
+        s = _Staged(t)
+        h = self._comm.allreduce_async(s.buf.data_ptr(), s.buf.numel(), _dtype_code(s.buf), op)
+        return self._done.submit(h, _Work(tensors), s.restore)
+
+    def _allreduce_nccl(self, t, tensors, op):
+        """Saker's NCCL path on the caller's current stream: like NCCL's backend, the Work is
+        complete once the kernel is enqueued, and stream order does the rest."""
+        stream = torch.cuda.current_stream(t.device)
+        buf = t if t.is_contiguous() else t.contiguous()
+        self._comm.allreduce_device(buf.data_ptr(), buf.numel(), _dtype_code(buf), op, stream.cuda_stream)
+        if buf is not t:
+            t.copy_(buf)
+        return self._done.submit(None, _Work(tensors))
 
     def allreduce_coalesced(self, tensors, opts=None):
-        _check_cpu(tensors, "allreduce_coalesced")
-        flat = torch.cat([t.reshape(-1) for t in tensors])
+        _check_device(tensors, "allreduce_coalesced")
+        flat = torch.cat([t.reshape(-1) for t in tensors]).to("cpu")
         op = _op_code(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
         h = self._comm.allreduce_async(flat.data_ptr(), flat.numel(), _dtype_code(flat), op)
 
+        staged = [_Staged(t) for t in tensors]
+
         def scatter_back():
             offset = 0
-            for t in tensors:
-                t.copy_(flat[offset: offset + t.numel()].view_as(t))
-                offset += t.numel()
+            for s in staged:
+                s.restore(flat[offset: offset + s.tensor.numel()].view_as(s.tensor))
+                offset += s.tensor.numel()
         return self._done.submit(h, _Work(tensors), scatter_back)
 
     def broadcast(self, tensors, opts=None):
-        t, buf = self._flat(tensors, "broadcast")
+        s = _Staged(self._one(tensors, "broadcast"))
         root = opts.rootRank if opts is not None else 0
-        h = self._comm.broadcast_async(buf.data_ptr(), buf.numel() * buf.element_size(), root)
-        return self._done.submit(h, _Work(tensors), None if buf is t else (lambda: t.copy_(buf)))
+        h = self._comm.broadcast_async(s.buf.data_ptr(), s.buf.numel() * s.buf.element_size(), root)
+        return self._done.submit(h, _Work(tensors), s.restore)
 
     def allgather(self, output_tensors, input_tensors, opts=None):
-        t, buf = self._flat(input_tensors, "allgather")
+        buf = _Staged(self._one(input_tensors, "allgather")).buf
         outs = output_tensors[0]
         if len(output_tensors) != 1 or len(outs) != self.size():
             raise RuntimeError(f"the saker backend's allgather needs one list of {self.size()} output tensors")
@@ -180,32 +224,34 @@ class SakerProcessGroup(ProcessGroup):
         recv = torch.empty((self.size(),) + tuple(buf.shape), dtype=buf.dtype)
         h = self._comm.allgather_async(buf.data_ptr(), recv.data_ptr(), buf.numel() * buf.element_size())
 
+        staged = [_Staged(o) for o in outs]  # checked above; staging only copies CUDA outputs
+
         def scatter_back():
-            for r, o in enumerate(outs):
-                o.copy_(recv[r].view_as(o))
+            for r, s in enumerate(staged):
+                s.restore(recv[r].view_as(s.tensor))
         return self._done.submit(h, _Work(output_tensors), scatter_back)
 
     def _allgather_base(self, output, input, opts=None):
-        _check_cpu([output, input], "all_gather_into_tensor")
+        _check_device([output, input], "all_gather_into_tensor")
         if output.numel() != input.numel() * self.size() or not output.is_contiguous():
             raise RuntimeError("all_gather_into_tensor: the output must be contiguous and world_size times "
                                "the input's size")
-        src = input.contiguous()
-        h = self._comm.allgather_async(src.data_ptr(), output.data_ptr(), src.numel() * src.element_size())
-        return self._done.submit(h, _Work([output]), lambda: src)  # keeps src alive until done
+        src, out = _Staged(input), _Staged(output)
+        h = self._comm.allgather_async(src.buf.data_ptr(), out.buf.data_ptr(), src.buf.numel() * src.buf.element_size())
+        return self._done.submit(h, _Work([output]), lambda: (src, out.restore()))  # keeps src alive until done
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
         # An allreduce of the whole list, then this rank keeps its slice: the same result,
         # twice the bytes of a real reduce-scatter.
-        _check_cpu(output_tensors + input_tensors[0], "reduce_scatter")
+        _check_device(output_tensors + input_tensors[0], "reduce_scatter")
         ins = input_tensors[0]
-        flat = torch.cat([t.reshape(-1) for t in ins])
+        flat = torch.cat([t.reshape(-1) for t in ins]).to("cpu")
         op = _op_code(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
         h = self._comm.allreduce_async(flat.data_ptr(), flat.numel(), _dtype_code(flat), op)
         offset = sum(t.numel() for t in ins[: self.rank()])
-        out = output_tensors[0]
+        out = _Staged(output_tensors[0])
         return self._done.submit(h, _Work(output_tensors),
-                                 lambda: out.copy_(flat[offset: offset + out.numel()].view_as(out)))
+                                 lambda: out.restore(flat[offset: offset + out.tensor.numel()].view_as(out.tensor)))
 
     def barrier(self, opts=None):
         return self._done.submit(self._comm.barrier_async(), _Work(None))
