@@ -5,16 +5,33 @@
 # benchmark (bench_allreduce, same size, same machine). Saker also runs forced onto its
 # TCP ring (SAKER_COMM_TRANSPORT=ring), the transport it uses between nodes. The machine is shared: runs are
 # niced, interleaved for ROUNDS rounds, and the table shows median and min-max of the
-# rounds. Usage: bench/bench_torch.sh [ROUNDS]   (run in the build tree, or set
+# rounds. With --cluster (root), the DDP pair also runs across 2 nodes of a private local
+# Slurm cluster (one rank per node, saker-run inside sbatch: Saker's automatic transport is
+# then its TCP ring, Gloo's is TCP, both over the nodes' addresses).
+# Usage: bench/bench_torch.sh [--cluster] [ROUNDS]   (run in the build tree, or set
 # SAKER_BUILDDIR; default 3 rounds)
 set -euo pipefail
+cluster=0
+if [[ ${1:-} == --cluster ]]; then cluster=1; shift; fi
+if [[ ${1:-} == -h || ${1:-} == --help ]]; then sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
+[[ ${1:-3} =~ ^[1-9][0-9]*$ ]] || { echo "bench_torch: ROUNDS must be a positive number, not '$1' (usage: bench_torch.sh [--cluster] [ROUNDS])" >&2; exit 2; }
 rounds=${1:-3}
 build=${SAKER_BUILDDIR:-$PWD}
 src=${SAKER_SRCDIR:-$(cd "$(dirname "$(readlink -f "$0")")/.." && pwd)}
 [[ -x $build/launcher/saker-run/saker-run ]] || { echo "bench_torch: no saker-run under $build; run it in the build tree" >&2; exit 1; }
 export PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}" OMP_NUM_THREADS=1
 run="$build/launcher/saker-run/saker-run"
-out=$(mktemp); trap 'rm -f "$out"' EXIT
+out=$(mktemp)
+if ((cluster)); then
+  (($(id -u) == 0)) || { echo "bench_torch: --cluster starts a private Slurm cluster and needs root" >&2; exit 1; }
+  # The integration tests' cluster helpers: free ports, a private prefix, torn down at exit.
+  SAKER_SRCDIR=$src SAKER_BUILDDIR=$build IT_NAME=bench_torch source "$src/tests/integration/lib.sh"
+  it_at_exit rm -f "$out"
+  echo "bench_torch: starting a 2-node local cluster" >&2
+  it_cluster_up --nodes 2 --gpus-per-node 0 --cpus-per-node 2 --no-job-submit >&2
+else
+  trap 'rm -f "$out"' EXIT
+fi
 for ((i = 1; i <= rounds; i++)); do
   echo "round $i/$rounds" >&2
   for b in saker gloo; do
@@ -28,6 +45,15 @@ for ((i = 1; i <= rounds; i++)); do
   # at np=2, so the time is bytes / busbw.
   nice "$build/bench/bench_allreduce" --quick --rounds 1 --sizes 67108864 --modes one-node 2>/dev/null |
     awk '$1 == 67108864 {printf "result cxx.raw64 %.6f\n", 67108864 / ($2 * 1e9); exit}' >> "$out" || true
+  if ((cluster)); then
+    for b in saker gloo; do
+      echo "round $i/$rounds: $b across 2 nodes" >&2
+      sbatch -W -p all -N2 --ntasks-per-node=1 -o "$IT_PREFIX/bench-$b.out" --wrap \
+        "exec nice $run -- /usr/bin/python3 $src/bench/bench_torch.py ddp $b $b-2node" >/dev/null ||
+        { echo "bench_torch: the 2-node $b run failed:" >&2; tail -20 "$IT_PREFIX/bench-$b.out" >&2; exit 1; }
+      grep '^result' "$IT_PREFIX/bench-$b.out" >> "$out"
+    done
+  fi
 done
 /usr/bin/python3 - "$out" <<'PY'
 import statistics, sys
@@ -47,6 +73,10 @@ s, g = show("saker.allreduce", "allreduce per step, saker backend"), show("gloo.
 if s and g: print(f"{'  ratio saker/gloo (target <= 0.5)':44s} {s/g:9.2f}")
 t, ts = show("saker-tcp.allreduce", "allreduce per step, saker, TCP ring"), show("saker-tcp.step", "DDP step, saker, TCP ring")
 if t and g: print(f"{'  ratio saker TCP ring/gloo (target <= 0.8)':44s} {t/g:9.2f}")
+s2, g2 = show("saker-2node.allreduce", "allreduce per step, saker, 2 nodes"), show("gloo-2node.allreduce", "allreduce per step, gloo, 2 nodes")
+if s2 and g2: print(f"{'  ratio across 2 nodes saker/gloo (target <= 0.8)':44s} {s2/g2:9.2f}")
+s2, g2 = show("saker-2node.step", "DDP step, saker, 2 nodes"), show("gloo-2node.step", "DDP step, gloo, 2 nodes")
+if s2 and g2: print(f"{'  ratio across 2 nodes saker/gloo':44s} {s2/g2:9.2f}")
 f, r, c = (show("python.fused64", "64 MiB allreduce, Python, fusion buffer"), show("python.raw64", "64 MiB allreduce, Python, one call"),
            show("cxx.raw64", "64 MiB allreduce, C++ bench_allreduce"))
 if f and c: print(f"{'  ratio Python fused / C++ (target <= 1.10)':44s} {f/c:9.2f}")
