@@ -225,11 +225,14 @@ bool FusionEngine::cycle() {
   // rank 1's others, ... (the same on all ranks; rank 0's order when nobody joined).
   std::vector<std::pair<std::string, Entry>> ready;
   std::set<std::string> everywhere;
+  // Without a joined rank only rank 0's names can be ready, so only its list is read.
   std::vector<std::pair<std::string, Spec>> candidates;
-  for (const auto& list : lists)
+  std::set<std::string> seen;
+  for (const auto& list : lists) {
     for (const auto& item : list.items)
-      if (everywhere.insert(item.first).second) candidates.push_back(item);
-  everywhere.clear();
+      if (seen.insert(item.first).second) candidates.push_back(item);
+    if (!any_joined) break;
+  }
   std::deque<std::vector<char>> stand_ins;  // a joined rank's identity buffers, alive until reduced
   for (const auto& [name, spec] : candidates) {
     bool in_all = true, same = true;
