@@ -258,21 +258,33 @@ Handle Communicator::enqueue_allreduce(const std::string& name, void* data, std:
 
 bool Communicator::nccl_available() { return NcclBackend::available(); }
 
-void Communicator::allreduce_device(void* device_data, std::size_t count, DataType type, ReduceOp op, void* stream) {
-  Impl* i = impl_.get();
-  i->run_sync([&] {
-    if (!i->nccl) i->nccl = std::make_unique<NcclBackend>(*i);
-    i->nccl->allreduce(device_data, count, type, op, stream);
+// NCCL starts at first use. Where it cannot serve the job, every rank reaches the same
+// refusal after plain exchanges (links intact): it is thrown outside run_guarded, so the
+// communicator stays usable for host collectives, and kept, so later calls repeat it
+// without another exchange.
+void Communicator::Impl::with_nccl(const std::function<void(NcclBackend&)>& op) {
+  run_sync([&] {
+    if (!nccl && nccl_refused.empty()) {
+      NcclPlan plan = NcclBackend::plan(*this);
+      if (plan.refused.empty())
+        nccl = std::make_unique<NcclBackend>(*this, plan.device);
+      else
+        nccl_refused = plan.refused;
+    }
+    if (nccl) op(*nccl);
   });
+  if (!nccl) throw Error(nccl_refused);
+}
+
+void Communicator::allreduce_device(void* device_data, std::size_t count, DataType type, ReduceOp op, void* stream) {
+  impl_->with_nccl([&](NcclBackend& n) { n.allreduce(device_data, count, type, op, stream); });
 }
 
 int Communicator::nccl_device() {
-  Impl* i = impl_.get();
   int device = -1;
-  i->run_sync([&] {
-    if (!i->nccl) i->nccl = std::make_unique<NcclBackend>(*i);
-    i->nccl->make_current();  // run_sync runs on the calling thread
-    device = i->nccl->device();
+  impl_->with_nccl([&](NcclBackend& n) {
+    n.make_current();  // run_sync runs on the calling thread
+    device = n.device();
   });
   return device;
 }

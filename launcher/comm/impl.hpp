@@ -60,11 +60,13 @@ struct Communicator::Impl {
 
   std::unique_ptr<FusionEngine> fusion_engine;
   std::unique_ptr<NcclBackend> nccl;
+  std::string nccl_refused;  // why NCCL cannot serve this job (same on every rank), once known
 
   void run_guarded(const std::function<void()>& op);  // under exec_mu
   Handle submit(std::function<void()> op, const std::string& what);
   void run_sync(const std::function<void()>& op);
   void drain_locked();
+  void with_nccl(const std::function<void(NcclBackend&)>& op);  // collective at first use
 };
 
 }  // namespace saker::comm

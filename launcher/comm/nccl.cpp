@@ -84,9 +84,9 @@ bool NcclBackend::available() {
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
-NcclBackend::NcclBackend(Communicator::Impl& c) {
+NcclPlan NcclBackend::plan(Communicator::Impl& c) {
   const int rank = c.where.rank, size = c.where.size;
-  // What every rank sees travels first, so that all ranks fail alike (naming the rank
+  // What every rank sees travels first, so that all ranks decide alike (naming the rank
   // without a GPU) rather than some waiting in ncclCommInitRank for a peer that gave up.
   struct Seen {
     std::int32_t devices;
@@ -99,29 +99,41 @@ NcclBackend::NcclBackend(Communicator::Impl& c) {
   std::snprintf(mine.first, sizeof mine.first, "%s", first_visible_device(std::getenv("CUDA_VISIBLE_DEVICES")).c_str());
   std::vector<Seen> all(static_cast<std::size_t>(size));
   c.user->allgather(&mine, all.data(), sizeof(Seen));
+  NcclPlan plan;
   for (int r = 0; r < size; ++r) {
-    if (all[static_cast<std::size_t>(r)].devices <= 0)
-      throw Error(explain("NCCL needs a CUDA device on every rank",
-                          "rank " + std::to_string(r) + " on " + c.mesh->peer(r).host + " sees none",
-                          "request GPUs for every rank (--gres=gpu:N or --gpus-per-task=1), or use allreduce() on "
-                          "host memory"));
+    if (all[static_cast<std::size_t>(r)].devices <= 0) {
+      plan.refused = explain("NCCL needs a CUDA device on every rank",
+                             "rank " + std::to_string(r) + " on " + c.mesh->peer(r).host + " sees none",
+                             "request GPUs for every rank (--gres=gpu:N or --gpus-per-task=1), or use allreduce() on "
+                             "host memory");
+      return plan;
+    }
   }
   // Every rank works out every rank's device, so a node with too few GPUs fails all
   // ranks alike, not only its own.
-  for (const std::vector<int>& node : c.topo.members) {
-    std::vector<std::string> firsts;
-    for (int r : node) {
-      const Seen& s = all[static_cast<std::size_t>(r)];
-      firsts.emplace_back(s.first, strnlen(s.first, sizeof s.first));
+  try {
+    for (const std::vector<int>& node : c.topo.members) {
+      std::vector<std::string> firsts;
+      for (int r : node) {
+        const Seen& s = all[static_cast<std::size_t>(r)];
+        firsts.emplace_back(s.first, strnlen(s.first, sizeof s.first));
+      }
+      const bool own_first = own_gpu_first(firsts);
+      for (std::size_t i = 0; i < node.size(); ++i) {
+        const int r = node[i];
+        const int d = choose_cuda_device(all[static_cast<std::size_t>(r)].devices, static_cast<int>(i),
+                                         static_cast<int>(node.size()), own_first, c.mesh->peer(r).host);
+        if (r == rank) plan.device = d;
+      }
     }
-    const bool own_first = own_gpu_first(firsts);
-    for (std::size_t i = 0; i < node.size(); ++i) {
-      const int r = node[i];
-      const int d = choose_cuda_device(all[static_cast<std::size_t>(r)].devices, static_cast<int>(i),
-                                       static_cast<int>(node.size()), own_first, c.mesh->peer(r).host);
-      if (r == rank) device_ = d;
-    }
+  } catch (const Error& e) {
+    plan.refused = e.what();
   }
+  return plan;
+}
+
+NcclBackend::NcclBackend(Communicator::Impl& c, int device) : device_(device) {
+  const int rank = c.where.rank, size = c.where.size;
   make_current();
   // The unique id travels over our own ring: no second rendezvous.
   ncclUniqueId id{};
@@ -150,13 +162,15 @@ void NcclBackend::allreduce(void* device_data, std::size_t count, DataType type,
 
 #else
 
-static Error no_nccl() {
-  return Error(explain("NCCL (allreduce_device, nccl_device) is not available", "libsaker_comm was built without NCCL",
-                       "rebuild with CUDA and NCCL installed (configure --with-nccl)"));
+static std::string no_nccl_reason() {
+  return explain("NCCL (allreduce_device, nccl_device) is not available", "libsaker_comm was built without NCCL",
+                 "rebuild with CUDA and NCCL installed (configure --with-nccl)");
 }
+static Error no_nccl() { return Error(no_nccl_reason()); }
 
 bool NcclBackend::available() { return false; }
-NcclBackend::NcclBackend(Communicator::Impl&) { throw no_nccl(); }
+NcclPlan NcclBackend::plan(Communicator::Impl&) { return NcclPlan{-1, no_nccl_reason()}; }
+NcclBackend::NcclBackend(Communicator::Impl&, int) { throw no_nccl(); }
 NcclBackend::~NcclBackend() = default;
 void NcclBackend::make_current() const { throw no_nccl(); }
 void NcclBackend::allreduce(void*, std::size_t, DataType, ReduceOp, void*) { throw no_nccl(); }

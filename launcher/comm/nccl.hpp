@@ -25,10 +25,20 @@ bool own_gpu_first(const std::vector<std::string>& first_visible_of_node);
 // NCCL refuses.
 int choose_cuda_device(int visible_devices, int local_rank, int local_size, bool own_first, const std::string& host);
 
+// Where NCCL can serve a job: this rank's device, or why it cannot (a rank without a GPU,
+// ranks that would share one, a build without NCCL), the same reason on every rank.
+struct NcclPlan {
+  int device = -1;
+  std::string refused;  // empty when NCCL can start
+};
+
 class NcclBackend {
  public:
-  // Collective: agrees on every rank's device over the host ring, then ncclCommInitRank.
-  explicit NcclBackend(Communicator::Impl& comm);
+  // Collective over the host ring: every rank's view of its GPUs, judged alike by all
+  // ranks. Only plain exchanges, so a refusal leaves the communicator usable.
+  static NcclPlan plan(Communicator::Impl& comm);
+  // Collective: ncclCommInitRank on plan(comm).device (the unique id over the host ring).
+  NcclBackend(Communicator::Impl& comm, int device);
   ~NcclBackend();
   void allreduce(void* device_data, std::size_t count, DataType type, ReduceOp op, void* stream);
   int device() const { return device_; }

@@ -5,6 +5,7 @@
 
 #include "common/error.hpp"
 #include "launcher/comm/nccl.hpp"
+#include "tests/unit/comm_test_support.hpp"
 
 using namespace saker::comm;
 
@@ -43,4 +44,39 @@ TEST_CASE("nccl device: no device, or ranks that would share one, are refused by
   CHECK_THROWS_WITH(choose_cuda_device(2, 2, 3, false, "gpu-node-7"),
                     Catch::Contains("3 ranks on gpu-node-7 share 2 visible CUDA device(s)") &&
                         Catch::Contains("at most 2 rank(s) per node"));
+}
+
+// Two ranks of one node with at most one GPU between them (this machine, or a one-GPU
+// box): NCCL cannot serve them. Every rank must hear the same refusal, a second call
+// repeats it without another exchange, and host collectives go on working (the torch
+// backend falls back to them; a communicator marked broken would fail them all).
+TEST_CASE("nccl device: a refusal reaches every rank alike and leaves the communicator usable") {
+  std::vector<std::string> refusals(2);
+  test::run_ranks(2, [&](Communicator& c, test::Failures& f) {
+    std::string first, second;
+    try {
+      c.nccl_device();
+    } catch (const std::exception& e) {
+      first = e.what();
+    }
+    if (first.empty()) return;  // a GPU for each rank: NCCL started, nothing to refuse here
+    try {
+      float dummy = 0;
+      c.allreduce_device(&dummy, 1, DataType::f32, ReduceOp::sum, nullptr);
+    } catch (const std::exception& e) {
+      second = e.what();
+    }
+    if (second != first) f.add("rank " + std::to_string(c.rank()) + ": the second call said '" + second + "'");
+    float x = 1.0f;
+    c.allreduce(&x, 1, DataType::f32);
+    if (x != 2.0f) f.add("rank " + std::to_string(c.rank()) + ": host allreduce after the refusal gave " +
+                         std::to_string(x));
+    refusals[static_cast<std::size_t>(c.rank())] = first;
+  });
+  CHECK(refusals[0] == refusals[1]);
+  if (!refusals[0].empty()) {
+    INFO(refusals[0]);
+    CHECK((refusals[0].find("sees none") != std::string::npos || refusals[0].find("share") != std::string::npos ||
+           refusals[0].find("built without NCCL") != std::string::npos));
+  }
 }
