@@ -98,10 +98,16 @@ int run_checks() {
   const Run again = train_ranks(ranks, Device::gpu, config(), nullptr);
   expect(clean(again) && again.hashes == straight.hashes, "same seed and world size: same hash again");
 
-  // "Crash" after step 70 (last periodic checkpoint: step 40), then resume.
+  // "Crash" after step 70: a run that ends saves its final step, so the crash is what
+  // is left of a run stopped right after the periodic checkpoint of step 40 (as the
+  // trainer's unit test does it); the resumed run redoes steps 41..120.
   std::vector<test::MemoryStore> stores(static_cast<std::size_t>(ranks));
   TrainConfig first = config();
   first.steps = 70;
+  expect(clean(train_ranks(ranks, Device::gpu, first, &stores)) && stores[0].latest && stores[0].latest->step == 70,
+         "a run that ends saves its final step (70)");
+  for (test::MemoryStore& s : stores) s.latest.reset();
+  first.steps = 40;
   expect(clean(train_ranks(ranks, Device::gpu, first, &stores)) && stores[0].latest && stores[0].latest->step == 40,
          "periodic checkpoint at step 40 before the crash");
   const Run resumed = train_ranks(ranks, Device::gpu, config(), &stores);
