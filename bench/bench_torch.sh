@@ -9,7 +9,7 @@
 # Slurm cluster (one rank per node, saker-run inside sbatch: Saker's automatic transport is
 # then its TCP ring, Gloo's is TCP, both over the nodes' addresses).
 # Usage: bench/bench_torch.sh [--cluster] [ROUNDS]   (run in the build tree, or set
-# SAKER_BUILDDIR; default 3 rounds)
+# SAKER_BUILDDIR; default 3 rounds; SAKER_PYTHON names another python3 with torch)
 set -euo pipefail
 cluster=0
 if [[ ${1:-} == --cluster ]]; then cluster=1; shift; fi
@@ -21,6 +21,7 @@ src=${SAKER_SRCDIR:-$(cd "$(dirname "$(readlink -f "$0")")/.." && pwd)}
 [[ -x $build/launcher/saker-run/saker-run ]] || { echo "bench_torch: no saker-run under $build; run it in the build tree" >&2; exit 1; }
 export PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}" OMP_NUM_THREADS=1
 run="$build/launcher/saker-run/saker-run"
+py=${SAKER_PYTHON:-/usr/bin/python3}  # a python3 with torch (Debian's by default)
 out=$(mktemp)
 if ((cluster)); then
   (($(id -u) == 0)) || { echo "bench_torch: --cluster starts a private Slurm cluster and needs root" >&2; exit 1; }
@@ -35,12 +36,12 @@ fi
 for ((i = 1; i <= rounds; i++)); do
   echo "round $i/$rounds" >&2
   for b in saker gloo; do
-    nice "$run" --local -n 2 -- /usr/bin/python3 "$src/bench/bench_torch.py" ddp $b | grep '^result' >> "$out"
+    nice "$run" --local -n 2 -- $py "$src/bench/bench_torch.py" ddp $b | grep '^result' >> "$out"
   done
   # Saker's TCP ring, as between nodes (Gloo always uses TCP on 127.0.0.1).
-  SAKER_COMM_TRANSPORT=ring nice "$run" --local -n 2 -- /usr/bin/python3 "$src/bench/bench_torch.py" ddp saker saker-tcp |
+  SAKER_COMM_TRANSPORT=ring nice "$run" --local -n 2 -- $py "$src/bench/bench_torch.py" ddp saker saker-tcp |
     grep '^result' >> "$out"
-  nice "$run" --local -n 2 -- /usr/bin/python3 "$src/bench/bench_torch.py" fused | grep '^result' >> "$out"
+  nice "$run" --local -n 2 -- $py "$src/bench/bench_torch.py" fused | grep '^result' >> "$out"
   # The C++ benchmark's 64 MiB allreduce (Saker, one node, np 2): its busbw equals algbw
   # at np=2, so the time is bytes / busbw.
   nice "$build/bench/bench_allreduce" --quick --rounds 1 --sizes 67108864 --modes one-node 2>/dev/null |
@@ -49,13 +50,13 @@ for ((i = 1; i <= rounds; i++)); do
     for b in saker gloo; do
       echo "round $i/$rounds: $b across 2 nodes" >&2
       sbatch -W -p all -N2 --ntasks-per-node=1 -o "$IT_PREFIX/bench-$b.out" --wrap \
-        "exec nice $run -- /usr/bin/python3 $src/bench/bench_torch.py ddp $b $b-2node" >/dev/null ||
+        "exec nice $run -- $py $src/bench/bench_torch.py ddp $b $b-2node" >/dev/null ||
         { echo "bench_torch: the 2-node $b run failed:" >&2; tail -20 "$IT_PREFIX/bench-$b.out" >&2; exit 1; }
       grep '^result' "$IT_PREFIX/bench-$b.out" >> "$out"
     done
   fi
 done
-/usr/bin/python3 - "$out" <<'PY'
+$py - "$out" <<'PY'
 import statistics, sys
 v = {}
 for line in open(sys.argv[1]):

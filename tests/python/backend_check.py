@@ -4,6 +4,7 @@ not, sync and async, and the refusals (ops, dtypes, devices it cannot serve) nam
 to use instead. DDP over it is checked by examples/torch/train_ddp.py."""
 
 import datetime
+import time
 
 import torch
 import torch.distributed as dist
@@ -64,6 +65,17 @@ check(torch.equal(bs, torch.arange(10.0).view(2, 5)), "broadcast into a non-cont
 outs = [torch.empty(2, 3) for _ in range(n)]
 dist.all_gather(outs, torch.full((2, 3), float(r)))
 check(all(torch.equal(o, torch.full((2, 3), float(k))) for k, o in enumerate(outs)), "all_gather")
+# A strided (or CUDA) input is staged into a copy only the backend holds: it must stay
+# alive until the library has sent it, however the caller's memory churns meanwhile.
+big = torch.arange(1 << 20, dtype=torch.float64).view(1024, 1024).t() + r  # 8 MiB, strided
+big_outs = [torch.empty(1024, 1024, dtype=torch.float64) for _ in range(n)]
+work = dist.all_gather(big_outs, big, async_op=True)
+del big
+churn = [torch.full((1 << 20,), -1.0, dtype=torch.float64) for _ in range(4)]
+work.wait()
+want = torch.arange(1 << 20, dtype=torch.float64).view(1024, 1024).t()
+check(all(torch.equal(o, want + k) for k, o in enumerate(big_outs)), "async all_gather of a staged (strided) input")
+del churn, big_outs
 flat = torch.empty(n * 4, dtype=torch.int64)
 gather_base = getattr(dist, "all_gather_into_tensor", None) or dist._all_gather_base
 gather_base(flat, torch.full((4,), r, dtype=torch.int64))
@@ -81,5 +93,13 @@ expect_error(["meta"], lambda: dist.all_reduce(torch.ones(2, device="meta")))
 expect_error(["one list of"], lambda: dist.all_gather([torch.empty(1)], torch.ones(1)) if n > 1 else
              (_ for _ in ()).throw(RuntimeError("one list of (n=1)")))
 dist.barrier()  # the refusals left the communicator usable
+
+# The script ends with a collective in flight (rank 0 does not wait for it; the others
+# join late): the process must finish it and exit 0, not abort while Python finalizes.
+late = torch.ones(1 << 20)
+if r == 0:
+    dist.all_reduce(late, async_op=True)
+else:
+    time.sleep(1.0)
+    dist.all_reduce(late)
 print(f"backend ok rank {r}/{n}", flush=True)
-dist.destroy_process_group()

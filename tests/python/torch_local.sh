@@ -33,6 +33,13 @@ assert_rc 0 "Horovod API checks, 3 ranks" -- "$run" --local -n 3 --max-restarts 
 for r in 0 1 2; do assert_contains "$IT_OUT" "hvd-api ok rank $r/3 local $r/3 cross 0/1" "rank $r passes"; done
 assert_rc 0 "the saker backend, collective by collective, 3 ranks" -- "$run" --local -n 3 --max-restarts 0 -- $py "$SAKER_SRCDIR/tests/python/backend_check.py"
 for r in 0 1 2; do assert_contains "$IT_OUT" "backend ok rank $r/3" "backend checks pass on rank $r"; done
+# CUDA tensors, where this torch has CUDA (Debian's has not; gpu_machine.sh runs it elsewhere).
+if $py -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
+  assert_rc 0 "the saker backend and hvd on CUDA tensors, 1 rank (NCCL)" -- "$run" --local -n 1 --max-restarts 0 -- \
+    $py "$SAKER_SRCDIR/tests/python/backend_gpu_check.py" --expect nccl
+else
+  echo "note: $py's torch has no CUDA device: tests/python/backend_gpu_check.py not run"
+fi
 
 assert_rc 0 "Horovod-style training, 2 ranks" -- "$run" --local -n 2 -- $py "$ex/train_hvd.py" --steps $steps --save-params "$tmp/hvd.pt"
 hvd1=$IT_OUT

@@ -11,20 +11,28 @@ imposes); a completion thread resolves each Work's future when its bytes have ar
 so DDP's bucket allreduces overlap the backward pass as they do on Gloo.
 
 Device (CUDA) tensors, with a CUDA build of torch: allreduce goes to Saker's NCCL path
-(enqueued on the caller's current stream, as NCCL's own backend orders it), when
-libsaker_comm was built with NCCL; the other collectives, and allreduce without NCCL,
-stage the tensor through host memory. Debian's python3-torch is a CPU-only build, so
-there this path never runs.
+(enqueued on the caller's current stream, as NCCL's own backend orders it) when
+libsaker_comm was built with NCCL and every rank has a GPU of its own; the first CUDA
+allreduce decides that, on every rank alike, and where NCCL cannot serve (ranks sharing a
+GPU, a build without NCCL) allreduce stages through host memory and rank 0 says why, once.
+The other collectives always stage through host memory. Futures of CUDA work are
+CUDA-aware (their callbacks wait on the caller's stream). Debian's python3-torch is a
+CPU-only build, so there this path never runs; tests/python/backend_gpu_check.py checks it
+on a GPU machine.
 
 Rendezvous: under srun (PMI2 or a Slurm step) libsaker_comm's own bootstrap; elsewhere
 (saker-run --local, torchrun) rank 0 serves a Saker store and publishes its address in
 torch's store, so torch's and Saker's stores never compete for MASTER_PORT.
 """
 
+import atexit
+import inspect
 import os
 import queue
 import socket
+import sys
 import threading
+import weakref
 from datetime import timedelta
 
 import torch
@@ -86,13 +94,29 @@ class _Staged:
             self.tensor.copy_(src, non_blocking=False)
 
 
+def _cuda_stream_of(tensors):
+    """The caller's current stream when the collective's tensors live on a GPU, else None."""
+    for t in tensors or ():
+        if isinstance(t, (list, tuple)):  # all_gather's output: one list per input
+            s = _cuda_stream_of(t)
+            if s is not None:
+                return s
+        elif isinstance(t, torch.Tensor) and t.device.type == "cuda":
+            return torch.cuda.current_stream(t.device)
+    return None
+
+
 class _Work(Work):
     """A pending collective: wait() blocks on the library's handle; the future completes
-    (from the completion thread) once the result is in the caller's tensors."""
+    (from the completion thread) once the result is in the caller's tensors. For CUDA
+    tensors the future is CUDA-aware and is completed inside the caller's stream, so what
+    DDP chains on it waits for the copy back (torch refuses a CUDA result otherwise)."""
 
-    def __init__(self, result):
+    def __init__(self, result, tensors=None):
         super().__init__()
-        self._future = torch.futures.Future()
+        self._stream = _cuda_stream_of(tensors if tensors is not None else result)
+        devices = [self._stream.device] if self._stream is not None else None
+        self._future = torch.futures.Future(devices=devices) if devices else torch.futures.Future()
         self._result = result
         self._done = threading.Event()
         self._error = None
@@ -100,10 +124,13 @@ class _Work(Work):
     def _complete(self, error=None):
         self._error = error
         self._done.set()
-        if error is None:
+        if error is not None:
+            self._future.set_exception(error)
+        elif self._stream is None:
             self._future.set_result(self._result)
         else:
-            self._future.set_exception(error)
+            with torch.cuda.stream(self._stream):
+                self._future.set_result(self._result)
 
     def wait(self, timeout=timedelta(0)):
         self._done.wait()
@@ -129,20 +156,44 @@ class _Work(Work):
 
 class _Completer:
     """One thread per process group: waits each handle in submission order (the order the
-    library runs them) and finishes its Work."""
+    library runs them) and finishes its Work. Stopped before the interpreter finalizes:
+    a daemon thread that wakes up during finalization is ended with pthread_exit, and one
+    ended inside a call that released the GIL (handle.wait) unwinds through C++ frames
+    that may not be unwound, which aborts the process ('terminate called without an
+    active exception') after the script itself has succeeded."""
+
+    _all = weakref.WeakSet()
 
     def __init__(self):
         self._queue = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="saker-pg-completion", daemon=True)
         self._thread.start()
+        _Completer._all.add(self)
 
-    def submit(self, handle, work, after=None):
-        self._queue.put((handle, work, after))
+    def submit(self, handle, work, after=None, keep=None):
+        """keep: buffers the library reads or writes until handle completes (staged
+        copies nobody else references), held here until then."""
+        self._queue.put((handle, work, after, keep))
         return work
+
+    def stop(self):
+        """Finishes the queued work, then ends the thread (idempotent)."""
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+
+    @staticmethod
+    @atexit.register
+    def _stop_all():
+        for c in list(_Completer._all):
+            c.stop()
 
     def _run(self):
         while True:
-            handle, work, after = self._queue.get()
+            item = self._queue.get()
+            if item is None:
+                return
+            handle, work, after, keep = item
             try:
                 if handle is not None:
                     handle.wait()
@@ -160,6 +211,7 @@ class SakerProcessGroup(ProcessGroup):
         super().__init__(comm.rank(), comm.size())
         self._comm = comm
         self._done = _Completer()
+        self._device_path = None  # "nccl" or "host: why", set by the first CUDA allreduce
 
     def getBackendName(self):
         return "saker"
@@ -176,21 +228,43 @@ class SakerProcessGroup(ProcessGroup):
     def allreduce(self, tensors, opts=None):
         t = self._one(tensors, "allreduce")
         op = _op_code(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
-        if t.device.type == "cuda" and self._comm.nccl_available():
+        if t.device.type == "cuda" and self.device_path() == "nccl":
             return self._allreduce_nccl(t, tensors, op)
         s = _Staged(t)
         h = self._comm.allreduce_async(s.buf.data_ptr(), s.buf.numel(), _dtype_code(s.buf), op)
         return self._done.submit(h, _Work(tensors), s.restore)
 
+    def device_path(self):
+        """How CUDA tensors are allreduced: "nccl", or "host: <why not NCCL>". Decided at the
+        first call, which is collective (every rank's GPU view is exchanged, so all ranks
+        decide alike): call it on every rank, or let the first CUDA allreduce do it."""
+        if self._device_path is None:
+            if not self._comm.nccl_available():
+                why = "libsaker_comm was built without NCCL, or this rank sees no CUDA device"
+            else:
+                try:
+                    self._comm.nccl_device()
+                    why = None
+                except RuntimeError as e:
+                    why = str(e)
+            self._device_path = "nccl" if why is None else "host: " + why
+            if why is not None and self.rank() == 0:
+                print(f"saker backend: CUDA tensors are allreduced through host memory, not NCCL: {why}",
+                      file=sys.stderr, flush=True)
+        return self._device_path
+
     def _allreduce_nccl(self, t, tensors, op):
         """Saker's NCCL path on the caller's current stream: like NCCL's backend, the Work is
-        complete once the kernel is enqueued, and stream order does the rest."""
+        complete once the kernel is enqueued (completed here, inside that stream, so its
+        future's callbacks wait for the kernel), and stream order does the rest."""
         stream = torch.cuda.current_stream(t.device)
         buf = t if t.is_contiguous() else t.contiguous()
         self._comm.allreduce_device(buf.data_ptr(), buf.numel(), _dtype_code(buf), op, stream.cuda_stream)
         if buf is not t:
             t.copy_(buf)
-        return self._done.submit(None, _Work(tensors))
+        work = _Work(tensors)
+        work._complete()
+        return work
 
     def allreduce_coalesced(self, tensors, opts=None):
         _check_device(tensors, "allreduce_coalesced")
@@ -214,7 +288,7 @@ class SakerProcessGroup(ProcessGroup):
         return self._done.submit(h, _Work(tensors), s.restore)
 
     def allgather(self, output_tensors, input_tensors, opts=None):
-        buf = _Staged(self._one(input_tensors, "allgather")).buf
+        buf = _Staged(self._one(input_tensors, "allgather")).buf  # a copy for CUDA or strided input
         outs = output_tensors[0]
         if len(output_tensors) != 1 or len(outs) != self.size():
             raise RuntimeError(f"the saker backend's allgather needs one list of {self.size()} output tensors")
@@ -229,7 +303,7 @@ class SakerProcessGroup(ProcessGroup):
         def scatter_back():
             for r, s in enumerate(staged):
                 s.restore(recv[r].view_as(s.tensor))
-        return self._done.submit(h, _Work(output_tensors), scatter_back)
+        return self._done.submit(h, _Work(output_tensors), scatter_back, keep=(buf, recv))
 
     def _allgather_base(self, output, input, opts=None):
         _check_device([output, input], "all_gather_into_tensor")
@@ -238,7 +312,7 @@ class SakerProcessGroup(ProcessGroup):
                                "the input's size")
         src, out = _Staged(input), _Staged(output)
         h = self._comm.allgather_async(src.buf.data_ptr(), out.buf.data_ptr(), src.buf.numel() * src.buf.element_size())
-        return self._done.submit(h, _Work([output]), lambda: (src, out.restore()))  # keeps src alive until done
+        return self._done.submit(h, _Work([output]), out.restore, keep=(src, out))
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
         # An allreduce of the whole list, then this rank keeps its slice: the same result,
@@ -306,4 +380,8 @@ def _create(store, rank, size, timeout):
 def register():
     """Make init_process_group("saker") create a SakerProcessGroup (once per process)."""
     if getattr(dist.Backend, "SAKER", None) is None:
-        dist.Backend.register_backend("saker", _create)
+        # torch 2.x asks which devices a backend serves (and warns when not told).
+        if "devices" in inspect.signature(dist.Backend.register_backend).parameters:
+            dist.Backend.register_backend("saker", _create, devices=["cpu", "cuda"])
+        else:
+            dist.Backend.register_backend("saker", _create)
