@@ -94,6 +94,21 @@ expect_error(["one list of"], lambda: dist.all_gather([torch.empty(1)], torch.on
              (_ for _ in ()).throw(RuntimeError("one list of (n=1)")))
 dist.barrier()  # the refusals left the communicator usable
 
+# NCCL's own refusal (no GPU here; elsewhere ranks that share one) reaches every rank
+# alike, and host collectives go on working after it (the backend falls back to them).
+pg = dist.distributed_c10d._get_default_group()
+try:
+    pg._comm.nccl_device()
+    refused = None
+except RuntimeError as e:
+    refused = str(e)
+if refused is not None:
+    check("NCCL" in refused, f"the refusal names NCCL: {refused}")
+    x = torch.ones(3)
+    dist.all_reduce(x)
+    check(torch.equal(x, torch.full((3,), float(n))), "a host allreduce after NCCL's refusal")
+    check(pg.device_path().startswith("host: "), f"device_path after a refusal: {pg.device_path()}")
+
 # The script ends with a collective in flight (rank 0 does not wait for it; the others
 # join late): the process must finish it and exit 0, not abort while Python finalizes.
 late = torch.ones(1 << 20)
