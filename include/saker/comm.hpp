@@ -200,7 +200,9 @@ class Communicator {
   // 0 when the ranks of its node each see a different device first in
   // CUDA_VISIBLE_DEVICES (Saker's SPANK plugin lists a rank's own GPU first,
   // --gpus-per-task shows only its own), else device local_rank(). Throws, naming the
-  // rank and host, when some rank sees no device or ranks would share one.
+  // rank and host, when some rank sees no device or ranks would share one; that refusal
+  // reaches every rank alike and leaves the communicator usable for host collectives
+  // (later NCCL calls repeat it without another exchange).
   int nccl_device();
 
   struct Impl;
