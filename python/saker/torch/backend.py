@@ -112,11 +112,10 @@ class _Work(Work):
     tensors the future is CUDA-aware and is completed inside the caller's stream, so what
     DDP chains on it waits for the copy back (torch refuses a CUDA result otherwise)."""
 
-    def __init__(self, result, tensors=None):
+    def __init__(self, result):
         super().__init__()
-        self._stream = _cuda_stream_of(tensors if tensors is not None else result)
-        devices = [self._stream.device] if self._stream is not None else None
-        self._future = torch.futures.Future(devices=devices) if devices else torch.futures.Future()
+        self._stream = _cuda_stream_of(result)
+        self._future = torch.futures.Future(devices=[self._stream.device] if self._stream is not None else None)
         self._result = result
         self._done = threading.Event()
         self._error = None
@@ -237,16 +236,15 @@ class SakerProcessGroup(ProcessGroup):
     def device_path(self):
         """How CUDA tensors are allreduced: "nccl", or "host: <why not NCCL>". Decided at the
         first call, which is collective (every rank's GPU view is exchanged, so all ranks
-        decide alike): call it on every rank, or let the first CUDA allreduce do it."""
+        decide alike): call it on every rank, or let the first CUDA allreduce do it. The
+        library judges every case (no NCCL build, a rank without a GPU, ranks sharing one)
+        alike on all ranks, so no rank skips the exchange on its own view."""
         if self._device_path is None:
-            if not self._comm.nccl_available():
-                why = "libsaker_comm was built without NCCL, or this rank sees no CUDA device"
-            else:
-                try:
-                    self._comm.nccl_device()
-                    why = None
-                except RuntimeError as e:
-                    why = str(e)
+            try:
+                self._comm.nccl_device()
+                why = None
+            except RuntimeError as e:
+                why = str(e)
             self._device_path = "nccl" if why is None else "host: " + why
             if why is not None and self.rank() == 0:
                 print(f"saker backend: CUDA tensors are allreduced through host memory, not NCCL: {why}",
