@@ -32,7 +32,7 @@ static std::vector<int> all_ranks(int n) {
 static LinkPlan plan_for(const Mesh& mesh) {
   int here = 0;
   for (int r = 0; r < mesh.size(); ++r) here += mesh.peer(r).machine == mesh.peer(mesh.rank()).machine ? 1 : 0;
-  return plan_links(cores_online(), here);
+  return plan_links(cores_online(), here, last_level_cache());
 }
 
 Core::Core(Mesh& mesh, const Topology& topo, int channel, const std::string& shm_name, const Options& options,

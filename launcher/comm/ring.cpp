@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <iterator>
 #include <memory>
@@ -106,9 +107,28 @@ bool exchange_fits(int n, std::size_t bytes) { return static_cast<std::size_t>(n
 
 }  // namespace
 
+bool Ring::send_thread_for(Phase phase, std::size_t step_bytes) {
+  if (size() < 2 || step_bytes < kThreadedSendBytes) return false;
+  if (plan_.send_thread >= 0) return plan_.send_thread == 1;
+  TimedChoice& choice = send_thread_[phase];
+  if (choice.agreement_due(step_bytes)) {
+    // The slowest member's figure for each way decides, so every member picks the
+    // same. 16 bytes: this allreduce is far below kThreadedSendBytes and asks nothing.
+    std::array<double, 2> pooled = choice.figures(step_bytes);
+    allreduce_ring(reinterpret_cast<char*>(pooled.data()), even_split(pooled.size(), size()), DataType::f64, ReduceOp::max);
+    choice.agree(step_bytes, pooled[1] < pooled[0]);
+  }
+  return choice.second(step_bytes);
+}
+
+void Ring::record_phase(Phase phase, std::size_t step_bytes, bool threaded, net::Clock::time_point started) {
+  if (size() < 2 || step_bytes < kThreadedSendBytes || plan_.send_thread >= 0) return;
+  send_thread_[phase].record(step_bytes, threaded, std::chrono::duration<double>(net::Clock::now() - started).count());
+}
+
 void Ring::exchange(const void* sbuf, std::size_t slen, void* rbuf, std::size_t rlen, std::size_t elem,
                     const std::function<void(std::size_t, std::size_t)>& on_chunk, bool forward,
-                    const char* during, bool staged) {
+                    const char* during, bool threaded, bool staged) {
   int n = size();
   int next = members_[static_cast<std::size_t>((index_ + 1) % n)];
   int prev = members_[static_cast<std::size_t>((index_ + n - 1) % n)];
@@ -124,13 +144,7 @@ void Ring::exchange(const void* sbuf, std::size_t slen, void* rbuf, std::size_t 
   // Chunks hold whole elements so that a chunk can be reduced on its own.
   std::size_t chunk = std::max(elem, chunk_ / elem * elem);
   std::unique_ptr<SendThread> sender;
-  // A send thread or one loop: forced by the plan, else timed per size class (the
-  // reduce-scatter's exchanges, which also reduce, apart from the allgather's).
-  const bool eligible = !forward && rlen > 0 && slen >= kThreadedSendBytes;
-  TimedChoice& choice = send_thread_[on_chunk ? 0 : 1];
-  const bool threaded = eligible && (plan_.send_thread >= 0 ? plan_.send_thread == 1 : choice.second(slen));
-  const auto started = net::Clock::now();
-  if (threaded) {
+  if (threaded && !forward && slen > 0 && rlen > 0) {
     sender = std::make_unique<SendThread>(mesh_, sfd, sp, slen);
     sent = slen;  // the thread owns the send side from here
   }
@@ -208,8 +222,6 @@ void Ring::exchange(const void* sbuf, std::size_t slen, void* rbuf, std::size_t 
     // Received everything; the rest of our send is in the kernel or about to be.
     if (sender->failed() || !sender->join().empty()) sender_failed();
   }
-  if (eligible && plan_.send_thread < 0)
-    choice.record(slen, threaded, std::chrono::duration<double>(net::Clock::now() - started).count());
 }
 
 void Ring::allreduce(void* data, std::size_t count, DataType type, ReduceOp op, std::vector<std::size_t> seg) {
@@ -217,7 +229,7 @@ void Ring::allreduce(void* data, std::size_t count, DataType type, ReduceOp op, 
   if (n == 1 || count == 0) return;
   if (seg.empty()) seg = even_split(count, n);
   SAKER_ASSERT(seg.size() == static_cast<std::size_t>(n) + 1 && seg.back() == count, "bad ring segments");
-  if (plan_.direct_bytes == LinkPlan::kCalibrate || plan_.exchange_bytes == LinkPlan::kCalibrate) calibrate();
+  if (!agreed_) agree();
   // Every member has the same limits (calibrate() agrees on them), so every member
   // takes the same path; all three give the same bits.
   std::size_t bytes = count * size_of(type);
@@ -231,23 +243,45 @@ void Ring::allreduce_ring(char* base, const std::vector<std::size_t>& seg, DataT
   std::size_t es = size_of(type);
   std::size_t chunk = std::max(es, chunk_ / es * es);  // exchange()'s chunk: the staging size
   if (tmp_.size() < chunk) tmp_.resize(chunk);
-  auto at = [&](int s) { return base + seg[static_cast<std::size_t>(s)] * es; };
-  auto len = [&](int s) { return (seg[static_cast<std::size_t>(s) + 1] - seg[static_cast<std::size_t>(s)]) * es; };
   auto mod = [n](int x) { return ((x % n) + n) % n; };
-  // Reduce-scatter: after n-1 steps this rank holds the full result of segment index+1.
-  // Segment s is reduced along the ring from rank s: acc = x[s], then at each rank
-  // s+k, acc = x[s+k] op acc; allreduce_direct() repeats exactly this order.
-  for (int s = 0; s < n - 1; ++s) {
-    int send_seg = mod(index_ - s), recv_seg = mod(index_ - s - 1);
-    char* dst = at(recv_seg);
-    exchange(at(send_seg), len(send_seg), tmp_.data(), len(recv_seg), es,
-             [&](std::size_t off, std::size_t l) { reduce::accumulate(dst + off, tmp_.data(), l / es, type, op); },
-             false, "allreduce", /*staged=*/true);
-  }
-  // Allgather: pass the finished segments around.
-  for (int s = 0; s < n - 1; ++s) {
-    int send_seg = mod(index_ - s + 1), recv_seg = mod(index_ - s);
-    exchange(at(send_seg), len(send_seg), at(recv_seg), len(recv_seg), es, nullptr, false, "allreduce");
+  // Blocks: a buffer larger than block_bytes runs as several whole rings, block k taking
+  // the k-th of `blocks` even parts of every segment. An element stays in its segment,
+  // so it is reduced in the same order whatever the number of blocks (bitwise the same
+  // result); what changes is that a block's reduced half is sent on while it is still
+  // in cache, instead of after the whole buffer has streamed through it.
+  const std::size_t total = seg.back() * es;
+  const std::size_t blocks =
+      plan_.block_bytes == 0 ? 1 : std::max<std::size_t>(1, (total + plan_.block_bytes - 1) / plan_.block_bytes);
+  for (std::size_t k = 0; k < blocks; ++k) {
+    auto part = [&](int s, std::size_t i) {  // element offset of part i of segment s
+      std::size_t b = seg[static_cast<std::size_t>(s)], c = seg[static_cast<std::size_t>(s) + 1] - b;
+      return b + c * i / blocks;
+    };
+    auto at = [&](int s) { return base + part(s, k) * es; };
+    auto len = [&](int s) { return (part(s, k + 1) - part(s, k)) * es; };
+    // The same on every member (segments may differ by an element): the send thread's key.
+    const std::size_t step = (total * (k + 1) / blocks - total * k / blocks) / static_cast<std::size_t>(n);
+    // Reduce-scatter: after n-1 steps this rank holds the full result of segment index+1.
+    // Segment s is reduced along the ring from rank s: acc = x[s], then at each rank
+    // s+k, acc = x[s+k] op acc; allreduce_direct() repeats exactly this order.
+    bool threaded = send_thread_for(kReduceScatter, step);
+    auto started = net::Clock::now();
+    for (int s = 0; s < n - 1; ++s) {
+      int send_seg = mod(index_ - s), recv_seg = mod(index_ - s - 1);
+      char* dst = at(recv_seg);
+      exchange(at(send_seg), len(send_seg), tmp_.data(), len(recv_seg), es,
+               [&](std::size_t off, std::size_t l) { reduce::accumulate(dst + off, tmp_.data(), l / es, type, op); },
+               false, "allreduce", threaded, /*staged=*/true);
+    }
+    record_phase(kReduceScatter, step, threaded, started);
+    // Allgather: pass the finished segments around.
+    threaded = send_thread_for(kAllgather, step);
+    started = net::Clock::now();
+    for (int s = 0; s < n - 1; ++s) {
+      int send_seg = mod(index_ - s + 1), recv_seg = mod(index_ - s);
+      exchange(at(send_seg), len(send_seg), at(recv_seg), len(recv_seg), es, nullptr, false, "allreduce", threaded);
+    }
+    record_phase(kAllgather, step, threaded, started);
   }
 }
 
@@ -373,6 +407,16 @@ void Ring::exchange_all(std::vector<Transfer>& xs, const char* during) {
   }
 }
 
+void Ring::agree() {
+  agreed_ = true;
+  // Every member must cut a buffer into the same blocks: the smallest block wins (8
+  // bytes: one block whatever the plans say, so this allreduce needs no agreement).
+  double block = static_cast<double>(plan_.block_bytes);
+  allreduce_ring(reinterpret_cast<char*>(&block), even_split(1, size()), DataType::f64, ReduceOp::min);
+  plan_.block_bytes = static_cast<std::size_t>(block);
+  if (plan_.direct_bytes == LinkPlan::kCalibrate || plan_.exchange_bytes == LinkPlan::kCalibrate) calibrate();
+}
+
 void Ring::calibrate() {
   int n = size();
   constexpr std::size_t kSizes = std::size(kCalibrationSizes);
@@ -414,10 +458,13 @@ void Ring::allgather(const void* send, void* recv, std::size_t bytes) {
     std::memmove(out + static_cast<std::size_t>(index_) * bytes, send, bytes);
   if (n == 1) return;
   auto mod = [n](int x) { return ((x % n) + n) % n; };
+  const bool threaded = send_thread_for(kAllgather, bytes);
+  const auto started = net::Clock::now();
   for (int s = 0; s < n - 1; ++s) {
     std::size_t send_slot = static_cast<std::size_t>(mod(index_ - s)), recv_slot = static_cast<std::size_t>(mod(index_ - s - 1));
-    exchange(out + send_slot * bytes, bytes, out + recv_slot * bytes, bytes, 1, nullptr, false, "allgather");
+    exchange(out + send_slot * bytes, bytes, out + recv_slot * bytes, bytes, 1, nullptr, false, "allgather", threaded);
   }
+  record_phase(kAllgather, bytes, threaded, started);
 }
 
 void Ring::broadcast(void* data, std::size_t bytes, int root_index) {
@@ -425,7 +472,7 @@ void Ring::broadcast(void* data, std::size_t bytes, int root_index) {
   if (n == 1 || bytes == 0) return;
   int pos = ((index_ - root_index) % n + n) % n;  // distance from the root along the ring
   bool sends = pos < n - 1, receives = pos > 0;
-  exchange(data, sends ? bytes : 0, data, receives ? bytes : 0, 1, nullptr, receives, "broadcast");
+  exchange(data, sends ? bytes : 0, data, receives ? bytes : 0, 1, nullptr, receives, "broadcast", /*threaded=*/false);
 }
 
 void Ring::barrier() {

@@ -1,6 +1,7 @@
 // Ring algorithms over TCP links: allreduce as reduce-scatter then allgather, chunked
 // and pipelined (a chunk is reduced as soon as it has arrived while the next ones are
-// still in flight); allgather; pipelined broadcast along the ring.
+// still in flight), and for buffers larger than the plan's block, block by block so
+// that what is sent on is still in cache; allgather; pipelined broadcast along the ring.
 //
 // The ring is any ordered subset of ranks (all ranks, or one leader per node).
 // Segment boundaries decide the reduction order of each element, so callers that
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "launcher/comm/mesh.hpp"
+#include "launcher/comm/net.hpp"
 #include "launcher/comm/tuning.hpp"
 #include "saker/comm.hpp"
 
@@ -47,6 +49,9 @@ class Ring {
   void allreduce_ring(char* base, const std::vector<std::size_t>& seg, DataType type, ReduceOp op);
   void allreduce_direct(char* base, const std::vector<std::size_t>& seg, DataType type, ReduceOp op);
   void allreduce_exchange(char* base, const std::vector<std::size_t>& seg, DataType type, ReduceOp op);
+  // On the first allreduce: the members settle what they must share (the block size),
+  // then calibrate() if the plan asks for it. Collective.
+  void agree();
   // Times the three algorithms on a few sizes, agrees on the slowest rank's times and
   // sets plan_.exchange_bytes and direct_bytes. Collective: runs inside the first
   // allreduce on every member.
@@ -70,9 +75,19 @@ class Ring {
   // on_chunk (it finds the bytes at rbuf) before the next one is received, so that
   // received data is reduced while it is still in cache instead of making a round trip
   // through memory.
+  // With threaded (not with forward), a thread of its own sends sbuf while this one
+  // receives.
   void exchange(const void* sbuf, std::size_t slen, void* rbuf, std::size_t rlen, std::size_t elem,
                 const std::function<void(std::size_t, std::size_t)>& on_chunk, bool forward,
-                const char* during, bool staged = false);
+                const char* during, bool threaded, bool staged = false);
+  // Whether a phase whose steps move step_bytes each sends from a thread: forced by
+  // the plan, else timed per size class and agreed among the members (TimedChoice),
+  // the reduce-scatter's phase (which also reduces) apart from the allgather's.
+  // Collective when an agreement is due: every member calls it with the same
+  // step_bytes at the same point, and records the phase with record_phase().
+  enum Phase { kReduceScatter = 0, kAllgather = 1 };
+  bool send_thread_for(Phase phase, std::size_t step_bytes);
+  void record_phase(Phase phase, std::size_t step_bytes, bool threaded, net::Clock::time_point started);
 
   Mesh& mesh_;
   std::vector<int> members_;
@@ -80,7 +95,8 @@ class Ring {
   int channel_;
   std::size_t chunk_;
   LinkPlan plan_;
-  TimedChoice send_thread_[2];  // reduce-scatter and allgather exchanges: timed apart
+  TimedChoice send_thread_[2];  // by Phase
+  bool agreed_ = false;
   std::vector<char> tmp_;
 };
 

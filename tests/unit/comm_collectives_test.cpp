@@ -168,12 +168,16 @@ TEST_CASE("allreduce is bitwise reproducible for a fixed world size", "[comm][de
 
 // The ring, the direct algorithm and the exchange (small allreduces) must give the same
 // bits, so that the sizes where one hands over to the next can be measured at run time
-// without making results depend on the measurement. Values that expose operand order: random
-// magnitudes (sum), signed zeros and NaNs with different payloads (min, max, sum).
+// without making results depend on the measurement; so must the ring cut into blocks of
+// any size (the block size follows each machine's cache). Values that expose operand
+// order: random magnitudes (sum), signed zeros and NaNs with different payloads (min,
+// max, sum).
 TEST_CASE("direct and ring allreduce give bitwise identical results", "[comm][determinism]") {
-  auto run = [](int n, const char* direct_bytes, const char* exchange_bytes, DataType type, ReduceOp op, std::size_t count) {
+  auto run = [](int n, const char* direct_bytes, const char* exchange_bytes, DataType type, ReduceOp op, std::size_t count,
+                const char* block_bytes = "0") {
     setenv("SAKER_COMM_DIRECT_BYTES", direct_bytes, 1);
     setenv("SAKER_COMM_EXCHANGE_BYTES", exchange_bytes, 1);
+    setenv("SAKER_COMM_BLOCK_BYTES", block_bytes, 1);
     std::vector<std::string> nodes;  // one rank per node: the ring transport's own case
     for (int r = 0; r < n; ++r) nodes.push_back("n" + std::to_string(r));
     std::vector<std::vector<char>> results(static_cast<std::size_t>(n));
@@ -202,6 +206,7 @@ TEST_CASE("direct and ring allreduce give bitwise identical results", "[comm][de
     }, test::quick_options(), nodes);
     unsetenv("SAKER_COMM_DIRECT_BYTES");
     unsetenv("SAKER_COMM_EXCHANGE_BYTES");
+    unsetenv("SAKER_COMM_BLOCK_BYTES");
     return results;
   };
   for (int n : {2, 3, 4, 5})
@@ -210,11 +215,47 @@ TEST_CASE("direct and ring allreduce give bitwise identical results", "[comm][de
         for (std::size_t count : {std::size_t{3}, std::size_t{1001}, std::size_t{20011}}) {
           INFO("n=" << n << " " << name_of(type) << " " << name_of(op) << " count=" << count);
           auto ring = run(n, "0", "0", type, op, count), direct = run(n, "1000000000", "0", type, op, count),
-               exchange = run(n, "0", "1000000000", type, op, count);
+               exchange = run(n, "0", "1000000000", type, op, count),
+               // Blocks of 1000 bytes; of 16 bytes, fewer elements than blocks in a segment.
+               blocks = run(n, "0", "0", type, op, count, "1000"), tiny_blocks = run(n, "0", "0", type, op, count, "16");
           for (int r = 0; r < n; ++r) {
             REQUIRE(ring[static_cast<std::size_t>(r)] == direct[static_cast<std::size_t>(r)]);
             REQUIRE(ring[static_cast<std::size_t>(r)] == exchange[static_cast<std::size_t>(r)]);
+            REQUIRE(ring[static_cast<std::size_t>(r)] == blocks[static_cast<std::size_t>(r)]);
+            REQUIRE(ring[static_cast<std::size_t>(r)] == tiny_blocks[static_cast<std::size_t>(r)]);
             REQUIRE(ring[static_cast<std::size_t>(r)] == ring[0]);
           }
         }
+}
+
+// Over TCP, a rank's choice of a send thread changes its peers' timings, and every
+// member must cut a buffer into the same blocks: both are agreed among the ring's
+// members, at points that every member reaches at the same call. Segments of one
+// buffer may differ by an element and so straddle a size class or the send thread's
+// threshold (3 x 2^18 - 1 floats: segments of 1 MiB and 1 MiB - 4 bytes): if a member
+// keyed the schedule on its own segment, the agreements would not line up and the
+// ranks would hang or mix up data. Forty calls reach four agreements per size class.
+// (Members with different block plans: comm_tuning_test.cpp.)
+TEST_CASE("the ring's members agree on the send thread and the blocks", "[comm][tuning]") {
+  setenv("SAKER_COMM_BLOCK_BYTES", "0", 1);  // whole segments: steps of about 1 MiB
+  constexpr int n = 3;
+  std::vector<std::string> nodes{"n0", "n1", "n2"};
+  run_ranks(n, [&](Communicator& c, Failures& f) {
+    c.set_transport(Transport::ring);
+    for (std::size_t count : {std::size_t{3} << 18, (std::size_t{3} << 18) - 1, (std::size_t{3} << 18) + 2,
+                              (std::size_t{3} << 19) + 1})
+      for (int call = 0; call < 40; ++call) {
+        std::vector<float> v(count);
+        for (std::size_t i = 0; i < count; ++i) v[i] = static_cast<float>(value(c.rank(), i));
+        c.allreduce(v.data(), count, DataType::f32);
+        for (std::size_t i = 0; i < count; i += 9973)
+          if (v[i] != static_cast<float>(reference(n, i, DataType::f32, ReduceOp::sum))) {
+            f.add("rank " + std::to_string(c.rank()) + ": wrong sum at element " + std::to_string(i) + " of " + std::to_string(count));
+            return;
+          }
+        std::vector<float> all(count * n);
+        if (call % 8 == 0) c.allgather(v.data(), all.data(), count * sizeof(float));
+      }
+  }, test::quick_options(), nodes);
+  unsetenv("SAKER_COMM_BLOCK_BYTES");
 }
