@@ -98,9 +98,9 @@ constexpr std::size_t kThreadedSendBytes = 1u << 20;
 // ~50 us on these VMs, which would dominate a 4 KiB allreduce. Large ones are CPU-bound
 // over loopback, so they leave the core to the kernel's copies instead.
 constexpr auto kBusyPoll = std::chrono::microseconds(200);
-// Sizes the calibration times, and how often each.
+// Sizes the calibration times, and how often each (the median counts).
 constexpr std::size_t kCalibrationSizes[] = {4096, 16384, 65536, 262144, 1u << 20};
-constexpr int kCalibrationReps = 3;
+constexpr int kCalibrationReps = 5;
 // The exchange holds every member's whole buffer: only while that stays small.
 constexpr std::size_t kExchangeHeld = 8u << 20;
 bool exchange_fits(int n, std::size_t bytes) { return static_cast<std::size_t>(n - 1) * bytes <= kExchangeHeld; }
@@ -299,7 +299,7 @@ void Ring::allreduce_direct(char* base, const std::vector<std::size_t>& seg, Dat
   auto slot = [&](int j) { return tmp_.data() + static_cast<std::size_t>(j) * piece; };  // member j's piece of mine
   std::vector<Transfer> xs;
   for (int j = 0; j < n; ++j)
-    if (j != index_) xs.push_back({members_[static_cast<std::size_t>(j)], at(mod(j + 1)), len(mod(j + 1)), slot(j), piece});
+    if (j != index_) xs.push_back({members_[static_cast<std::size_t>(j)], j, at(mod(j + 1)), len(mod(j + 1)), slot(j), piece});
   exchange_all(xs, "allreduce");
   // The ring's order for segment `mine`: start at member `mine`, then each next member
   // folds its own term in front (accumulate(dst = its term, in = the partial)); the
@@ -316,7 +316,7 @@ void Ring::allreduce_direct(char* base, const std::vector<std::size_t>& seg, Dat
   }
   xs.clear();
   for (int j = 0; j < n; ++j)
-    if (j != index_) xs.push_back({members_[static_cast<std::size_t>(j)], at(mine), piece, at(mod(j + 1)), len(mod(j + 1))});
+    if (j != index_) xs.push_back({members_[static_cast<std::size_t>(j)], j, at(mine), piece, at(mod(j + 1)), len(mod(j + 1))});
   exchange_all(xs, "allreduce");
 }
 
@@ -327,7 +327,7 @@ void Ring::allreduce_exchange(char* base, const std::vector<std::size_t>& seg, D
   if (tmp_.size() < bytes * static_cast<std::size_t>(n)) tmp_.resize(bytes * static_cast<std::size_t>(n));
   std::vector<Transfer> xs;
   for (int j = 0; j < n; ++j)
-    if (j != index_) xs.push_back({members_[static_cast<std::size_t>(j)], base, bytes, tmp_.data() + static_cast<std::size_t>(j) * bytes, bytes});
+    if (j != index_) xs.push_back({members_[static_cast<std::size_t>(j)], j, base, bytes, tmp_.data() + static_cast<std::size_t>(j) * bytes, bytes});
   exchange_all(xs, "allreduce");
   // Member j's term of element i: in place for this rank, else in j's slot.
   auto term = [&](int j, std::size_t elem) {
@@ -348,8 +348,11 @@ void Ring::allreduce_exchange(char* base, const std::vector<std::size_t>& seg, D
 }
 
 void Ring::exchange_all(std::vector<Transfer>& xs, const char* during) {
-  std::vector<int> fds;
-  for (const Transfer& x : xs) fds.push_back(mesh_.link(x.peer, channel_));
+  std::vector<int> sfds, rfds;
+  for (const Transfer& x : xs) {
+    sfds.push_back(x.slen > 0 ? mesh_.link(x.peer, channel_between(index_, x.index)) : -1);
+    rfds.push_back(x.rlen > 0 ? mesh_.link(x.peer, channel_between(x.index, index_)) : -1);
+  }
   std::size_t total = 0;
   for (const Transfer& x : xs) total += x.slen + x.rlen;
   const bool busy_poll = total <= plan_.busy_poll_bytes;
@@ -361,14 +364,14 @@ void Ring::exchange_all(std::vector<Transfer>& xs, const char* during) {
     for (std::size_t i = 0; i < xs.size(); ++i) {
       Transfer& x = xs[i];
       if (x.sent < x.slen) {
-        ssize_t k = ::send(fds[i], x.send + x.sent, x.slen - x.sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+        ssize_t k = ::send(sfds[i], x.send + x.sent, x.slen - x.sent, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (k > 0) { x.sent += static_cast<std::size_t>(k); progress = true; }
         else if (k < 0 && errno != EAGAIN && errno != EINTR)
           mesh_.fail(during, x.peer, mesh_.who(x.peer) + " failed while we were sending: " + std::strerror(errno) +
                                        " (it exited or was killed)");
       }
       if (x.got < x.rlen) {
-        ssize_t k = ::recv(fds[i], x.recv + x.got, x.rlen - x.got, MSG_DONTWAIT);
+        ssize_t k = ::recv(rfds[i], x.recv + x.got, x.rlen - x.got, MSG_DONTWAIT);
         if (k > 0) { x.got += static_cast<std::size_t>(k); progress = true; }
         else if (k == 0)
           mesh_.fail(during, x.peer, mesh_.who(x.peer) + " closed the connection while we were receiving (it exited or was killed)");
@@ -392,8 +395,8 @@ void Ring::exchange_all(std::vector<Transfer>& xs, const char* during) {
     }
     pfds.clear();
     for (std::size_t i = 0; i < xs.size(); ++i) {
-      short ev = static_cast<short>((xs[i].sent < xs[i].slen ? POLLOUT : 0) | (xs[i].got < xs[i].rlen ? POLLIN : 0));
-      if (ev) pfds.push_back({fds[i], ev, 0});
+      if (xs[i].sent < xs[i].slen) pfds.push_back({sfds[i], POLLOUT, 0});
+      if (xs[i].got < xs[i].rlen) pfds.push_back({rfds[i], POLLIN, 0});
     }
     pfds.push_back({mesh_.abort_fd(), POLLIN, 0});
     poll(pfds.data(), static_cast<nfds_t>(pfds.size()), net::poll_ms(deadline));
@@ -421,22 +424,34 @@ void Ring::calibrate() {
   int n = size();
   constexpr std::size_t kSizes = std::size(kCalibrationSizes);
   constexpr std::size_t kAlgos = 3;  // ring, direct, exchange
-  // times[kAlgos*i + a]: this rank's best of kCalibrationReps (1e30: not tried).
+  // times[kAlgos*i + a]: this rank's median of kCalibrationReps (1e30: not tried).
   std::vector<double> times(kAlgos * kSizes, 1e30);
   std::vector<float> buf(kCalibrationSizes[kSizes - 1] / sizeof(float), 0.0f);
+  char* p = reinterpret_cast<char*>(buf.data());
+  auto call = [&](std::size_t a, std::size_t bytes) {
+    auto seg = even_split(bytes / sizeof(float), n);
+    auto t0 = net::Clock::now();
+    if (a == 0) allreduce_ring(p, seg, DataType::f32, ReduceOp::sum);
+    else if (a == 1) allreduce_direct(p, seg, DataType::f32, ReduceOp::sum);
+    else allreduce_exchange(p, seg, DataType::f32, ReduceOp::sum);
+    return std::chrono::duration<double>(net::Clock::now() - t0).count();
+  };
+  // Untimed first: the ring's sockets (one per direction with two ranks) are new and
+  // their buffers have not grown yet, and the staging buffers are not yet touched.
+  // Timed cold, the ring lost at 1 MiB in about half of all starts here, and the
+  // exchange it handed 1 MiB to then ran 2.2x slower than the ring for good.
+  for (int warm = 0; warm < 2; ++warm)
+    for (std::size_t a = 0; a < kAlgos; ++a)
+      if (a != 2 || exchange_fits(n, kCalibrationSizes[kSizes - 1])) call(a, kCalibrationSizes[kSizes - 1]);
   for (std::size_t i = 0; i < kSizes; ++i) {
-    std::size_t count = kCalibrationSizes[i] / sizeof(float);
-    auto seg = even_split(count, n);
-    char* p = reinterpret_cast<char*>(buf.data());
+    std::vector<double> reps[kAlgos];
     for (int rep = 0; rep < kCalibrationReps; ++rep)
-      for (std::size_t a = 0; a < kAlgos; ++a) {
-        if (a == 2 && !exchange_fits(n, kCalibrationSizes[i])) continue;
-        auto t0 = net::Clock::now();
-        if (a == 0) allreduce_ring(p, seg, DataType::f32, ReduceOp::sum);
-        else if (a == 1) allreduce_direct(p, seg, DataType::f32, ReduceOp::sum);
-        else allreduce_exchange(p, seg, DataType::f32, ReduceOp::sum);
-        double s = std::chrono::duration<double>(net::Clock::now() - t0).count();
-        times[kAlgos * i + a] = std::min(times[kAlgos * i + a], s);
+      for (std::size_t a = 0; a < kAlgos; ++a)
+        if (a != 2 || exchange_fits(n, kCalibrationSizes[i])) reps[a].push_back(call(a, kCalibrationSizes[i]));
+    for (std::size_t a = 0; a < kAlgos; ++a)
+      if (!reps[a].empty()) {
+        std::nth_element(reps[a].begin(), reps[a].begin() + kCalibrationReps / 2, reps[a].end());
+        times[kAlgos * i + a] = reps[a][kCalibrationReps / 2];
       }
   }
   // Agree: the slowest member's times decide (the ring algorithm, whatever the plan).
