@@ -244,23 +244,23 @@ void Ring::allreduce_ring(char* base, const std::vector<std::size_t>& seg, DataT
   std::size_t chunk = std::max(es, chunk_ / es * es);  // exchange()'s chunk: the staging size
   if (tmp_.size() < chunk) tmp_.resize(chunk);
   auto mod = [n](int x) { return ((x % n) + n) % n; };
-  // Blocks: a buffer larger than block_bytes runs as several whole rings, block k taking
-  // the k-th of `blocks` even parts of every segment. An element stays in its segment,
+  // Blocks: a buffer larger than block_bytes runs as several whole rings, block b taking
+  // the b-th of `blocks` even parts of every segment. An element stays in its segment,
   // so it is reduced in the same order whatever the number of blocks (bitwise the same
   // result); what changes is that a block's reduced half is sent on while it is still
   // in cache, instead of after the whole buffer has streamed through it.
   const std::size_t total = seg.back() * es;
   const std::size_t blocks =
       plan_.block_bytes == 0 ? 1 : std::max<std::size_t>(1, (total + plan_.block_bytes - 1) / plan_.block_bytes);
-  for (std::size_t k = 0; k < blocks; ++k) {
+  for (std::size_t blk = 0; blk < blocks; ++blk) {
     auto part = [&](int s, std::size_t i) {  // element offset of part i of segment s
       std::size_t b = seg[static_cast<std::size_t>(s)], c = seg[static_cast<std::size_t>(s) + 1] - b;
       return b + c * i / blocks;
     };
-    auto at = [&](int s) { return base + part(s, k) * es; };
-    auto len = [&](int s) { return (part(s, k + 1) - part(s, k)) * es; };
+    auto at = [&](int s) { return base + part(s, blk) * es; };
+    auto len = [&](int s) { return (part(s, blk + 1) - part(s, blk)) * es; };
     // The same on every member (segments may differ by an element): the send thread's key.
-    const std::size_t step = (total * (k + 1) / blocks - total * k / blocks) / static_cast<std::size_t>(n);
+    const std::size_t step = (total * (blk + 1) / blocks - total * blk / blocks) / static_cast<std::size_t>(n);
     // Reduce-scatter: after n-1 steps this rank holds the full result of segment index+1.
     // Segment s is reduced along the ring from rank s: acc = x[s], then at each rank
     // s+k, acc = x[s+k] op acc; allreduce_direct() repeats exactly this order.
