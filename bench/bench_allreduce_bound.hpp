@@ -62,24 +62,24 @@ inline bool recv_full(int fd, char* p, std::size_t n) {
   return true;
 }
 
-// Sends out and receives into in at once on fd from one thread (non-blocking).
-inline bool duplex_one_thread(int fd, const char* out, char* in, std::size_t n) {
+// Sends out on sfd and receives into in on rfd at once from one thread (non-blocking).
+inline bool duplex_one_thread(int sfd, int rfd, const char* out, char* in, std::size_t n) {
   std::size_t sent = 0, got = 0;
   while (sent < n || got < n) {
     bool progress = false;
     if (sent < n) {
-      ssize_t k = ::send(fd, out + sent, n - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+      ssize_t k = ::send(sfd, out + sent, n - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (k > 0) { sent += static_cast<std::size_t>(k); progress = true; }
       else if (k < 0 && errno != EAGAIN) return false;
     }
     if (got < n) {
-      ssize_t k = ::recv(fd, in + got, n - got, MSG_DONTWAIT);
+      ssize_t k = ::recv(rfd, in + got, n - got, MSG_DONTWAIT);
       if (k > 0) { got += static_cast<std::size_t>(k); progress = true; }
       else if (k == 0 || (k < 0 && errno != EAGAIN)) return false;
     }
     if (!progress) {
-      pollfd p{fd, static_cast<short>((sent < n ? POLLOUT : 0) | (got < n ? POLLIN : 0)), 0};
-      poll(&p, 1, 1000);
+      pollfd p[2] = {{sfd, static_cast<short>(sent < n ? POLLOUT : 0), 0}, {rfd, static_cast<short>(got < n ? POLLIN : 0), 0}};
+      poll(p, 2, 1000);
     }
   }
   return true;
@@ -109,12 +109,15 @@ inline int bound_worker() {
     return 2;
   }
   // Rank 0 listens on a port the kernel picks and writes it to BOUND_PORTFILE (a fixed
-  // port may be some other connection's ephemeral port on a shared machine).
-  int fd = -1;
+  // port may be some other connection's ephemeral port on a shared machine). Two
+  // connections, one per direction, as Saker's two-rank ring has: both directions on one
+  // socket run slower (arriving data waits in the backlog while the owner is in send()),
+  // and so a one-socket "bound" was beaten by the ring.
+  int fd = -1, back = -1;
   if (rank == 0) {
     int l = socket(AF_INET, SOCK_STREAM, 0);
     socklen_t len = sizeof sa;
-    if (bind(l, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 || listen(l, 1) != 0 ||
+    if (bind(l, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 || listen(l, 2) != 0 ||
         getsockname(l, reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
       std::fprintf(stderr, "bench: cannot listen on %s: %s\n", addr.c_str(), std::strerror(errno));
       return 1;
@@ -126,6 +129,7 @@ inline int bound_worker() {
     std::fclose(f);
     std::rename(tmp.c_str(), pf);
     fd = accept(l, nullptr, nullptr);
+    back = accept(l, nullptr, nullptr);
     close(l);
   } else {
     for (int i = 0; i < 1000 && fd < 0; ++i) {
@@ -145,12 +149,22 @@ inline int bound_worker() {
       if (fd < 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   }
-  if (fd < 0) {
+  if (rank != 0 && fd >= 0) {  // the second connection, now that the port is known
+    back = socket(AF_INET, SOCK_STREAM, 0);
+    if (connect(back, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+      close(back);
+      back = -1;
+    }
+  }
+  if (fd < 0 || back < 0) {
     std::fprintf(stderr, "bench: the bound's stream could not connect to %s (port from %s)\n", addr.c_str(), pf);
     return 1;
   }
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  setsockopt(back, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  // Rank 0 sends on the first connection and receives on the second; rank 1 the reverse.
+  const int sfd = rank == 0 ? fd : back, rfd = rank == 0 ? back : fd;
   std::vector<char> out(kStreamBytes, 1), in(kStreamBytes);
   std::vector<double> way[4], copy;  // [thread, one loop] x [whole buffer, window]
   char token = 0;
@@ -164,13 +178,13 @@ inline int bound_worker() {
       if (w % 2 == 0) {
         bool sent = true;
         std::thread sender([&] {
-          for (std::size_t done = 0; sent && done < kStreamBytes; done += piece) sent = send_full(fd, out.data(), piece);
+          for (std::size_t done = 0; sent && done < kStreamBytes; done += piece) sent = send_full(sfd, out.data(), piece);
         });
-        for (std::size_t done = 0; ok && done < kStreamBytes; done += piece) ok = recv_full(fd, in.data(), piece);
+        for (std::size_t done = 0; ok && done < kStreamBytes; done += piece) ok = recv_full(rfd, in.data(), piece);
         sender.join();
         ok = ok && sent;
       } else {
-        for (std::size_t done = 0; ok && done < kStreamBytes; done += piece) ok = duplex_one_thread(fd, out.data(), in.data(), piece);
+        for (std::size_t done = 0; ok && done < kStreamBytes; done += piece) ok = duplex_one_thread(sfd, rfd, out.data(), in.data(), piece);
       }
       if (!ok) return 1;
       double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -190,6 +204,7 @@ inline int bound_worker() {
     out[static_cast<std::size_t>(b)] = in[kStreamBytes - 1 - static_cast<std::size_t>(b)];  // keep the copy live
   }
   close(fd);
+  close(back);
   if (rank == 0) {
     print_stats("stream", *stream);
     print_stats("memcpy", copy);
