@@ -132,12 +132,10 @@ void Ring::exchange(const void* sbuf, std::size_t slen, void* rbuf, std::size_t 
   int n = size();
   int next = members_[static_cast<std::size_t>((index_ + 1) % n)];
   int prev = members_[static_cast<std::size_t>((index_ + n - 1) % n)];
-  // Two ranks are each other's next and prev: give each direction its own socket, so
-  // that our send thread and our receive loop never wait on one socket's lock (and the
-  // kernel does not divert arriving data to the socket's backlog while we send).
-  auto channel_from = [&](int from_index) { return channel_ + (n == 2 && from_index == 1 ? kSecondDirection : 0); };
-  int sfd = slen > 0 ? mesh_.link(next, channel_from(index_)) : -1;
-  int rfd = rlen > 0 ? mesh_.link(prev, channel_from((index_ + n - 1) % n)) : -1;
+  // Each direction on its own socket (two ranks are each other's next and prev), so
+  // that our send thread and our receive loop never wait on one socket's lock.
+  int sfd = slen > 0 ? mesh_.link(next, channel_between(index_, (index_ + 1) % n)) : -1;
+  int rfd = rlen > 0 ? mesh_.link(prev, channel_between((index_ + n - 1) % n, index_)) : -1;
   const char* sp = static_cast<const char*>(sbuf);
   char* rp = static_cast<char*>(rbuf);
   std::size_t sent = 0, got = 0, reduced = 0;

@@ -67,11 +67,12 @@ class Ring {
     std::size_t sent = 0, got = 0;
   };
   void exchange_all(std::vector<Transfer>& xs, const char* during);
-  // Data from index `from` to index `to` travels on channel_ + this (the ring's: with
-  // two ranks, 1 -> 0 travels apart from 0 -> 1; the direct and exchange algorithms:
-  // each ordered pair on a socket of its own). Two directions on one socket made the
-  // exchange 2.2x slower than the ring at 1 MiB: while a rank is inside send() the
-  // kernel holds that socket and diverts arriving data to its backlog.
+  // Data from index `from` to index `to` travels on channel_, or on channel_ + this when
+  // it flows from a higher index to a lower one: every ordered pair has a socket of its
+  // own, for the ring's steps and the direct and exchange algorithms alike. Two
+  // directions on one socket made the exchange 2.2x slower than the ring at 1 MiB: while
+  // a rank is inside send() the kernel holds that socket and diverts arriving data to
+  // its backlog.
   static constexpr int kSecondDirection = 64;
   int channel_between(int from, int to) const { return channel_ + (from > to ? kSecondDirection : 0); }
   // Sends sbuf to the next rank while receiving rbuf from the previous one. With
