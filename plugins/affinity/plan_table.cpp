@@ -49,7 +49,14 @@ std::string format_plan_table(const Machine& m, const Request& req, const Plan& 
        << (req.gpus.physical.empty() ? "none" : format_index_list(IndexList(req.gpus.physical.begin(),
                                                                               req.gpus.physical.end())))
        << ", allowed CPUs " << (req.allowed ? format_index_list(*req.allowed) : "all") << "\n"
-       << "saker: GPUs numbered by " << m.gpu_order << "\n";
+       << "saker: GPUs numbered by " << m.gpu_order << "\n"
+       << "saker: OpenMP threads "
+       << (req.omp_bind == OmpBind::none
+               ? std::string("not pinned: OMP_NUM_THREADS only (omp-bind=none)")
+               : "pinned: OMP_PROC_BIND=" + std::string(omp_bind_name(req.omp_bind)) +
+                     " over OMP_PLACES, one place per core (omp-bind=" + std::string(omp_bind_name(req.omp_bind)) +
+                     ")")
+       << "\n";
   const bool amd = std::any_of(m.gpus.begin(), m.gpus.end(), [](const Gpu& g) { return g.vendor == GpuVendor::amd; });
   const std::string gpu_var = amd ? "ROCR_VISIBLE_DEVICES" : "CUDA_VISIBLE_DEVICES";
   std::vector<Row> rows{{"rank", "gpu", "pci", "numa", "cpus", "nics", gpu_var, "NCCL_IB_HCA", "UCX_NET_DEVICES",

@@ -172,6 +172,10 @@ void build_env(const Machine& m, const Request& req, const std::vector<RankPlan>
   // "=" makes NCCL match names exactly (mlx5_1 would otherwise also pick mlx5_10).
   if (!hcas.empty()) rp.env.emplace_back("NCCL_IB_HCA", "=" + join(hcas, ','));
   if (!ucx.empty()) rp.env.emplace_back("UCX_NET_DEVICES", join(ucx, ','));
+  rp.env.emplace_back("OMP_NUM_THREADS", std::to_string(rp.cores_shared ? 1 : rp.cores.size()));
+  // Thread pinning is opt-in (omp_bind.hpp): with OMP_PLACES set, libgomp pins the task's
+  // initial thread to the first place, and all it starts later inherits that one core.
+  if (req.omp_bind == OmpBind::none) return;
   std::vector<std::string> places;
   for (std::size_t core : rp.cores) {
     const auto& pus = m.cores[core].pus;
@@ -181,12 +185,28 @@ void build_env(const Machine& m, const Request& req, const std::vector<RankPlan>
       return s;
     }(), ',') + "}");
   }
-  rp.env.emplace_back("OMP_NUM_THREADS", std::to_string(rp.cores_shared ? 1 : rp.cores.size()));
   rp.env.emplace_back("OMP_PLACES", join(places, ','));
-  rp.env.emplace_back("OMP_PROC_BIND", "close");
+  rp.env.emplace_back("OMP_PROC_BIND", std::string(omp_bind_name(req.omp_bind)));
 }
 
+bool task_setting_wins(const std::string& key) { return key.rfind("OMP_", 0) == 0; }
+
 }  // namespace
+
+TaskEnv task_env(const RankPlan& rank,
+                 const std::function<std::optional<std::string>(const std::string&)>& task_value) {
+  TaskEnv out;
+  for (const auto& [key, value] : rank.env) {
+    if (task_setting_wins(key)) {
+      if (auto own = task_value(key)) {
+        out.kept.emplace_back(key, std::move(*own));
+        continue;
+      }
+    }
+    out.set.emplace_back(key, value);
+  }
+  return out;
+}
 
 Plan make_plan(const Machine& m, const Request& req) {
   if (req.local_tasks == 0)

@@ -1,18 +1,21 @@
 // The per-rank affinity plan: for every local rank of a step, its own GPU, the cores
 // near that GPU (shared fairly with the ranks on the same NUMA node, inside the
 // task's allowed CPUs), memory on that NUMA node, the nearest NIC(s), and the
-// environment that tells CUDA, NCCL, UCX and OpenMP about it.
+// environment that tells CUDA, NCCL, UCX and OpenMP about it (OpenMP's thread binding
+// only when asked for: omp_bind.hpp).
 //
 // Pure function of (Machine, Request): no I/O, no hwloc, no clocks, so the plugin, the
 // saker-topo CLI and the tests all get the same answer for the same inputs.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "plugins/affinity/machine.hpp"
+#include "plugins/affinity/omp_bind.hpp"
 #include "plugins/affinity/step_gpus.hpp"
 
 namespace saker::affinity {
@@ -27,6 +30,7 @@ struct Request {
   std::optional<IndexList> allowed;  // PUs the tasks may use; nullopt = the whole machine
   unsigned local_tasks = 1;
   GpuSharing sharing = GpuSharing::exclusive;
+  OmpBind omp_bind = OmpBind::none;  // none: OMP_NUM_THREADS only; else also OMP_PLACES, OMP_PROC_BIND
 };
 
 struct RankPlan {
@@ -43,6 +47,21 @@ struct RankPlan {
 struct Plan {
   std::vector<RankPlan> ranks;  // one per local rank, in rank order
 };
+
+// What to do to a task's environment: the plan's variables to set (overwriting), and
+// the task's own values the plan leaves alone.
+struct TaskEnv {
+  std::vector<std::pair<std::string, std::string>> set;   // in the plan's order
+  std::vector<std::pair<std::string, std::string>> kept;  // the task's values, in the plan's order
+};
+
+// The plan's environment for a task whose own variables `task_value` reads (nullopt:
+// unset). The placement variables (CUDA_VISIBLE_DEVICES, NCCL_IB_HCA, UCX_NET_DEVICES...)
+// are the plan's decision and overwrite whatever Slurm or the user put there. The OpenMP
+// ones (OMP_NUM_THREADS, OMP_PLACES, OMP_PROC_BIND) only advise the threads inside the
+// task: a value the task already has, even empty, is the user's choice and wins.
+TaskEnv task_env(const RankPlan& rank,
+                 const std::function<std::optional<std::string>(const std::string&)>& task_value);
 
 // Throws saker::Error with the reason and the fix for impossible requests: more
 // ranks than GPUs in exclusive mode, a GPU the topology does not have, or a NUMA

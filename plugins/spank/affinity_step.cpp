@@ -29,6 +29,7 @@ namespace aff = saker::affinity;
 
 struct StepState {
   std::optional<AffinityMode> option;  // --gpu-affinity, when the user gave it
+  std::optional<aff::OmpBind> omp_bind;  // --omp-bind, when the user gave it
   std::optional<aff::Machine> machine;
   std::string load_error;              // why machine is empty, if it was needed
   // The step's GPUs as slurmstepd sees them before the tasks fork. A task's own copy
@@ -55,7 +56,26 @@ struct spank_option g_gpu_affinity_option = {
                       "print the plan on stderr (explain) (Saker)."),
     1, 0, on_gpu_affinity_option};
 
+int on_omp_bind_option(int /*val*/, const char* optarg, int /*remote*/) {
+  try {
+    g_step.omp_bind = aff::parse_omp_bind(optarg == nullptr ? "" : optarg, "--omp-bind");
+    return 0;
+  } catch (const std::exception& e) {
+    slurm_error("saker: %s", e.what());
+    return -1;
+  }
+}
+
+struct spank_option g_omp_bind_option = {
+    const_cast<char*>("omp-bind"), const_cast<char*>("none|close|spread"),
+    const_cast<char*>("Pin OpenMP threads inside each task: none (the default) sets only OMP_NUM_THREADS; close or "
+                      "spread also set OMP_PLACES (one per core) and OMP_PROC_BIND. Binding pins the task's first "
+                      "thread to one core, and threads and processes it starts later (PyTorch's DataLoader "
+                      "workers, communication threads) inherit it. A value the task already has wins (Saker)."),
+    1, 0, on_omp_bind_option};
+
 AffinityMode mode(const Config& config) { return g_step.option.value_or(config.affinity); }
+aff::OmpBind omp_bind(const Config& config) { return g_step.omp_bind.value_or(config.omp_bind); }
 
 // Batch scripts, the extern step and salloc's interactive shell are not ranks.
 bool is_rank_step(spank_t sp) {
@@ -189,6 +209,10 @@ int affinity_register_option(spank_t sp) {
     slurm_error("saker: could not register the --gpu-affinity option");
     return -1;
   }
+  if (spank_option_register(sp, &g_omp_bind_option) != ESPANK_SUCCESS) {
+    slurm_error("saker: could not register the --omp-bind option");
+    return -1;
+  }
   return 0;
 }
 
@@ -223,12 +247,19 @@ int affinity_task_init(spank_t sp, const Config& config) {
     // The step's CPUs: slurmstepd's own affinity (task/affinity binds only the tasks).
     request.allowed = aff::cpu_affinity(::getppid());
     request.local_tasks = local_tasks;
+    request.omp_bind = omp_bind(config);
     plan = aff::make_plan(machine, request);
   } catch (const std::exception& e) {
     return fall_back(config, e.what());
   }
   const aff::RankPlan& mine = plan.ranks.at(static_cast<std::size_t>(task));
-  for (const auto& [key, value] : mine.env)
+  const aff::TaskEnv env = aff::task_env(mine, [&](const std::string& key) -> std::optional<std::string> {
+    char buf[4096];
+    const spank_err_t rc = spank_getenv(sp, key.c_str(), buf, sizeof buf);
+    if (rc == ESPANK_ENV_NOEXIST) return std::nullopt;
+    return rc == ESPANK_SUCCESS ? std::string(buf) : std::string("(longer than 4095 bytes)");
+  });
+  for (const auto& [key, value] : env.set)
     if (spank_setenv(sp, key.c_str(), value.c_str(), 1) != ESPANK_SUCCESS)
       return fall_back(config, "cannot set " + key + " in the task's environment");
   try {
@@ -241,7 +272,9 @@ int affinity_task_init(spank_t sp, const Config& config) {
     std::string text = task == 0 ? aff::format_plan_table(machine, request, plan) : std::string();
     text += "saker: rank " + std::to_string(task) + " bound to CPUs " + aff::format_index_list(mine.pus) +
             ", NUMA node " + std::to_string(machine.numas[mine.numa].os_index) +
-            (mine.gpu ? ", GPU " + std::to_string(*mine.gpu) : std::string()) + "\n";
+            (mine.gpu ? ", GPU " + std::to_string(*mine.gpu) : std::string());
+    for (const auto& [key, value] : env.kept) text += ", keeps its own " + key + "=" + value;
+    text += "\n";
     std::fputs(text.c_str(), stderr);
     std::fflush(stderr);
   }

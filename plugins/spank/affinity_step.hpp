@@ -16,7 +16,8 @@ extern "C" {
 
 namespace saker::spank {
 
-// All contexts (slurm_spank_init): registers --gpu-affinity=auto|none|explain.
+// All contexts (slurm_spank_init): registers --gpu-affinity=auto|none|explain and
+// --omp-bind=none|close|spread.
 int affinity_register_option(spank_t sp);
 // Remote context (slurm_spank_init_post_opt): loads the topology for this step.
 int affinity_prepare_step(spank_t sp, const Config& config);

@@ -5,7 +5,7 @@
 namespace saker::spank {
 namespace {
 
-const std::string kAcceptedKeys = std::string("accepted: policy=FILE, gpu-affinity=auto|none|explain, topology=FILE, strict, state-dir=DIR, ") + kTelemetryKeys;
+const std::string kAcceptedKeys = std::string("accepted: policy=FILE, gpu-affinity=auto|none|explain, omp-bind=none|close|spread, topology=FILE, strict, state-dir=DIR, ") + kTelemetryKeys;
 
 std::string need_value(const std::string& arg, const std::string& key, const std::string& value,
                        const std::string& example) {
@@ -38,6 +38,9 @@ Config parse_config(const std::vector<std::string>& args) {
     } else if (key == "gpu-affinity") {
       config.affinity = parse_affinity_mode(need_value(arg, key, value, "gpu-affinity=auto"),
                                             "plugstack.conf: gpu-affinity");
+    } else if (key == "omp-bind") {
+      config.omp_bind = affinity::parse_omp_bind(need_value(arg, key, value, "omp-bind=none"),
+                                                 "plugstack.conf: omp-bind");
     } else if (key == "topology") {
       config.topology_path = need_value(arg, key, value, "topology=/var/spool/slurmd/saker-topology.xml");
     } else if (key == "state-dir") {

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "plugins/affinity/omp_bind.hpp"
 #include "plugins/spank/telemetry_config.hpp"
 
 namespace saker::spank {
@@ -19,6 +20,9 @@ enum class AffinityMode {
 struct Config {
   std::string policy_path;  // policy=FILE: the site policy, for the launch-time residency check
   AffinityMode affinity = AffinityMode::automatic;  // gpu-affinity=MODE: default when the user gives none
+  // omp-bind=none|close|spread: default for --omp-bind (none: OMP_NUM_THREADS only, no
+  // OMP_PLACES/OMP_PROC_BIND; plugins/affinity/omp_bind.hpp says why)
+  affinity::OmpBind omp_bind = affinity::OmpBind::none;
   std::string topology_path;  // topology=FILE: hwloc XML (a test topology, or where to cache the live one)
   bool strict = false;        // strict: a topology or plan failure fails the task instead of running unbound
   // state-dir=DIR: root-only directory on each node for the job records the job prolog

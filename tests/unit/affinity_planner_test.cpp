@@ -1,6 +1,8 @@
 #include <catch2/catch.hpp>
 
 #include <map>
+#include <optional>
+#include <utility>
 
 #include "common/error.hpp"
 #include "plugins/affinity/plan_table.hpp"
@@ -47,11 +49,9 @@ TEST_CASE("affinity planner, DGX-like: 8 ranks on 8 GPUs get their own GPU, 4 co
     CHECK(env(plan.ranks[r], "NCCL_IB_HCA") == "=mlx5_" + std::to_string(r / 2) + ":1");
     CHECK(env(plan.ranks[r], "UCX_NET_DEVICES") == "mlx5_" + std::to_string(r / 2) + ":1");
     CHECK(env(plan.ranks[r], "OMP_NUM_THREADS") == "4");
-    CHECK(env(plan.ranks[r], "OMP_PROC_BIND") == "close");
   }
   CHECK(plan.ranks[0].pus == parse_index_list("0-3,32-35", "t"));
   CHECK(plan.ranks[5].pus == parse_index_list("20-23,52-55", "t"));
-  CHECK(env(plan.ranks[0], "OMP_PLACES") == "{0,32},{1,33},{2,34},{3,35}");
   // Own GPU first, every step GPU still visible (CUDA IPC / NVLink keep working).
   CHECK(env(plan.ranks[0], "CUDA_VISIBLE_DEVICES") == "0,1,2,3,4,5,6,7");
   CHECK(env(plan.ranks[3], "CUDA_VISIBLE_DEVICES") == "3,0,1,2,4,5,6,7");
@@ -74,7 +74,6 @@ TEST_CASE("affinity planner: cores stay inside the allowed cpuset and are split 
   CHECK(plan.ranks[1].pus == IndexList{1, 2});
   CHECK(plan.ranks[2].pus == IndexList{3});
   CHECK(plan.ranks[3].pus == IndexList{4, 5});
-  CHECK(env(plan.ranks[1], "OMP_PLACES") == "{1},{2}");
   for (const auto& rp : plan.ranks) CHECK_FALSE(rp.cores_shared);
 }
 
@@ -159,4 +158,91 @@ TEST_CASE("affinity planner: plans and tables are deterministic") {
   CHECK(table == format_plan_table(dgx(), req, b));
   CHECK_THAT(table, Catch::Contains("CUDA_VISIBLE_DEVICES") && Catch::Contains("8 local rank(s)"));
   CHECK_THAT(format_plan_env(a, dgx()), Catch::StartsWith("rank=0 gpu=0 numa=0 cpus=0-3,32-35 CUDA_VISIBLE_DEVICES="));
+}
+
+// OpenMP thread binding inside a task is opt-in (--omp-bind): libgomp binds the task's
+// initial thread to the first of OMP_PLACES at start-up, and everything started from it
+// later (PyTorch's DataLoader workers, comm threads) inherits that one core.
+TEST_CASE("affinity planner: by default a task gets OMP_NUM_THREADS only, no OMP_PLACES or OMP_PROC_BIND") {
+  const Plan plan = make_plan(dgx(), request("0-7", 8));
+  for (const auto& rp : plan.ranks) {
+    CAPTURE(rp.rank);
+    CHECK(env(rp, "OMP_NUM_THREADS") == "4");
+    CHECK(env(rp, "OMP_PLACES") == "<unset>");
+    CHECK(env(rp, "OMP_PROC_BIND") == "<unset>");
+    CHECK(rp.pus.size() == 8);  // the task's own CPU mask is still the plan's
+  }
+  const Plan shared = make_plan(machine("topo-itest-2cpu-4gpu.xml"), request("0-3", 4, "0-1"));
+  CHECK(env(shared.ranks[0], "OMP_NUM_THREADS") == "1");
+  CHECK(env(shared.ranks[0], "OMP_PROC_BIND") == "<unset>");
+  CHECK_THAT(format_plan_env(plan, dgx()), !Catch::Contains("OMP_PLACES") && !Catch::Contains("OMP_PROC_BIND"));
+}
+
+TEST_CASE("affinity planner: --omp-bind=close or spread adds one place per core and the bind policy") {
+  for (const auto& [bind, name] : {std::pair{OmpBind::close, "close"}, std::pair{OmpBind::spread, "spread"}}) {
+    CAPTURE(name);
+    Request req = request("0-7", 8);
+    req.omp_bind = bind;
+    const Plan plan = make_plan(dgx(), req);
+    CHECK(env(plan.ranks[0], "OMP_NUM_THREADS") == "4");
+    CHECK(env(plan.ranks[0], "OMP_PLACES") == "{0,32},{1,33},{2,34},{3,35}");
+    CHECK(env(plan.ranks[5], "OMP_PROC_BIND") == name);
+    Request narrow = request("0-3", 4, "0-5");
+    narrow.omp_bind = bind;
+    CHECK(env(make_plan(dgx(), narrow).ranks[1], "OMP_PLACES") == "{1},{2}");
+  }
+}
+
+TEST_CASE("omp-bind values: none, close and spread; anything else names the option, the value and the choices") {
+  CHECK(parse_omp_bind("none", "--omp-bind") == OmpBind::none);
+  CHECK(parse_omp_bind("close", "--omp-bind") == OmpBind::close);
+  CHECK(parse_omp_bind("spread", "--omp-bind") == OmpBind::spread);
+  CHECK(omp_bind_name(OmpBind::spread) == "spread");
+  for (const char* bad : {"", "true", "Close", "close ", "master", "primary", "close,spread", "none\n"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_WITH(parse_omp_bind(bad, "--omp-bind"),
+                      Catch::Contains(std::string("--omp-bind: unknown value '") + bad + "'") &&
+                          Catch::Contains("none, close and spread"));
+  }
+}
+
+TEST_CASE("affinity planner: the task's own OMP_* settings win; placement variables are the plan's") {
+  Request req = request("0-7", 8);
+  req.omp_bind = OmpBind::close;
+  const RankPlan rp = make_plan(dgx(), req).ranks[1];
+  const std::map<std::string, std::string> user{{"OMP_PROC_BIND", "false"}, {"OMP_NUM_THREADS", "7"},
+                                                {"OMP_PLACES", "cores"}, {"CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7"},
+                                                {"NCCL_IB_HCA", "mlx5_9"}};
+  const auto lookup = [&](const std::string& key) -> std::optional<std::string> {
+    const auto it = user.find(key);
+    return it == user.end() ? std::nullopt : std::optional<std::string>(it->second);
+  };
+  const TaskEnv applied = task_env(rp, lookup);
+  std::map<std::string, std::string> set(applied.set.begin(), applied.set.end());
+  std::map<std::string, std::string> kept(applied.kept.begin(), applied.kept.end());
+  CHECK(set.count("OMP_PROC_BIND") == 0);
+  CHECK(set.count("OMP_NUM_THREADS") == 0);
+  CHECK(set.count("OMP_PLACES") == 0);
+  CHECK(kept == std::map<std::string, std::string>{{"OMP_NUM_THREADS", "7"}, {"OMP_PLACES", "cores"},
+                                                   {"OMP_PROC_BIND", "false"}});
+  CHECK(set.at("CUDA_VISIBLE_DEVICES") == "1,0,2,3,4,5,6,7");  // Slurm's own value is replaced
+  CHECK(set.at("NCCL_IB_HCA") == "=mlx5_0:1");
+  // One OMP_* set by the user leaves the others to the plan.
+  const auto only_bind = [](const std::string& key) -> std::optional<std::string> {
+    return key == "OMP_PROC_BIND" ? std::optional<std::string>("false") : std::nullopt;
+  };
+  const TaskEnv partly = task_env(rp, only_bind);
+  std::map<std::string, std::string> partly_set(partly.set.begin(), partly.set.end());
+  CHECK(partly_set.count("OMP_PROC_BIND") == 0);
+  CHECK(partly_set.at("OMP_PLACES") == "{4,36},{5,37},{6,38},{7,39}");
+  CHECK(partly_set.at("OMP_NUM_THREADS") == "4");
+  // An empty value is still the user's choice (OMP_PROC_BIND= disables nothing but is set).
+  const auto empty = [](const std::string& key) -> std::optional<std::string> {
+    return key == "OMP_NUM_THREADS" ? std::optional<std::string>("") : std::nullopt;
+  };
+  CHECK(task_env(rp, empty).kept.size() == 1);
+  // Nothing set by the task: the whole plan, in the plan's order.
+  const TaskEnv fresh = task_env(rp, [](const std::string&) { return std::optional<std::string>(); });
+  CHECK(fresh.set == rp.env);
+  CHECK(fresh.kept.empty());
 }

@@ -39,3 +39,22 @@ TEST_CASE("spank plugstack arguments: bad affinity arguments are errors") {
   CHECK_THROWS_WITH(saker::spank::parse_affinity_mode("bind", "--gpu-affinity"),
                     Catch::Contains("--gpu-affinity: unknown mode 'bind'"));
 }
+
+TEST_CASE("spank plugstack arguments: omp-bind is the site's default for --omp-bind, none unless set") {
+  using saker::affinity::OmpBind;
+  CHECK(parse_config({}).omp_bind == OmpBind::none);
+  CHECK(parse_config({"omp-bind=close"}).omp_bind == OmpBind::close);
+  CHECK(parse_config({"omp-bind=spread", "gpu-affinity=explain"}).omp_bind == OmpBind::spread);
+  CHECK(parse_config({"omp-bind=close", "omp-bind=none"}).omp_bind == OmpBind::none);
+}
+
+TEST_CASE("spank plugstack arguments: a bad omp-bind names the key, the value and the choices") {
+  CHECK_THROWS_WITH(parse_config({"omp-bind=true"}),
+                    Catch::Contains("plugstack.conf: omp-bind: unknown value 'true'") &&
+                        Catch::Contains("none, close and spread"));
+  CHECK_THROWS_WITH(parse_config({"omp-bind=CLOSE"}), Catch::Contains("unknown value 'CLOSE'"));
+  CHECK_THROWS_WITH(parse_config({"omp-bind="}), Catch::Contains("omp-bind needs a value"));
+  CHECK_THROWS_WITH(parse_config({"omp-bind"}), Catch::Contains("omp-bind needs a value"));
+  CHECK_THROWS_WITH(parse_config({"omp_bind=close"}),
+                    Catch::Contains("unknown argument 'omp_bind=close'") && Catch::Contains("omp-bind=none|close|spread"));
+}

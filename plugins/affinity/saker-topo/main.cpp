@@ -4,7 +4,7 @@
 //
 //   saker-topo show [--topology FILE.xml]
 //   saker-topo plan [--topology FILE.xml] --ntasks-per-node N [--gpus LIST] [--cpuset LIST]
-//                   [--shared-gpus] [--format table|env]
+//                   [--shared-gpus] [--omp-bind none|close|spread] [--format table|env]
 //   saker-topo check-gres GRES.CONF [--topology FILE.xml] [--node NAME]
 //
 // Exit codes: 0 success, 1 the plan is impossible or gres.conf disagrees (the reasons
@@ -35,7 +35,7 @@ constexpr int kOk = 0, kImpossible = 1, kUsage = 2, kNoTopology = 3;
 const char* kUsageText =
     "Usage: saker-topo show [--topology FILE.xml]\n"
     "       saker-topo plan [--topology FILE.xml] --ntasks-per-node N [--gpus LIST] [--cpuset LIST]\n"
-    "                       [--shared-gpus] [--format table|env]\n"
+    "                       [--shared-gpus] [--omp-bind none|close|spread] [--format table|env]\n"
     "       saker-topo check-gres GRES.CONF [--topology FILE.xml] [--node NAME]\n"
     "\n"
     "show        prints the NUMA nodes (cores, CPUs), the GPUs (PCI address, vendor, NUMA node, and\n"
@@ -43,8 +43,8 @@ const char* kUsageText =
     "            GPU and NUMA node.\n"
     "plan        prints, for each local rank, the GPU, CPUs, NUMA node, NICs and the environment\n"
     "            (CUDA_VISIBLE_DEVICES or ROCR/HIP_VISIBLE_DEVICES, NCCL_IB_HCA, UCX_NET_DEVICES,\n"
-    "            OMP_*) that spank_saker.so would apply to a step with these GPUs (SLURM_STEP_GPUS)\n"
-    "            and allowed CPUs (default: the CPUs the topology says were allowed).\n"
+    "            OMP_*) that spank_saker.so would apply to a step with these GPUs (SLURM_STEP_GPUS),\n"
+    "            allowed CPUs (default: the CPUs the topology says were allowed) and --omp-bind.\n"
     "check-gres  compares gres.conf's GPU lines (File=, Cores=, Links=) with the topology and\n"
     "            prints every disagreement.\n"
     "Without --topology each command discovers this machine.\n"
@@ -70,7 +70,7 @@ int check_gres(const aff::Machine& machine, const std::string& file, const std::
 }
 
 int plan(const aff::Machine& machine, const std::string& gpus, const std::string& cpuset, unsigned ntasks, bool shared,
-         const std::string& format) {
+         aff::OmpBind omp_bind, const std::string& format) {
   aff::Request request;
   request.gpus = aff::step_gpus_from_list(gpus);
   if (!cpuset.empty()) {
@@ -80,6 +80,7 @@ int plan(const aff::Machine& machine, const std::string& gpus, const std::string
   }
   request.local_tasks = ntasks;
   request.sharing = shared ? aff::GpuSharing::shared : aff::GpuSharing::exclusive;
+  request.omp_bind = omp_bind;
   const aff::Plan plan = aff::make_plan(machine, request);
   std::cout << (format == "env" ? aff::format_plan_env(plan, machine) : aff::format_plan_table(machine, request, plan));
   return kOk;
@@ -89,7 +90,7 @@ int plan(const aff::Machine& machine, const std::string& gpus, const std::string
 
 int main(int argc, char** argv) {
   if (saker::print_version_if_asked(argc, argv, "saker-topo")) return 0;
-  std::string command, file, topology, gpus, cpuset, node, format = "table";
+  std::string command, file, topology, gpus, cpuset, node, format = "table", omp_bind = "none";
   unsigned ntasks = 0;
   bool shared = false;
   po::options_description opts("Options");
@@ -98,6 +99,8 @@ int main(int argc, char** argv) {
                                                                     "the step's GPU indexes, e.g. 0-3 (plan)")(
       "cpuset", po::value(&cpuset), "allowed CPUs, e.g. 0-15 (plan; default: the topology's allowed CPUs)")(
       "shared-gpus", po::bool_switch(&shared), "let ranks share GPUs when there are more ranks than GPUs")(
+      "omp-bind", po::value(&omp_bind),
+      "none (default), close or spread: as the job option, whether OMP_PLACES/OMP_PROC_BIND are set (plan)")(
       "format", po::value(&format), "table (default) or env: one KEY=VALUE line per rank")(
       "node", po::value(&node), "this node's name, for gres.conf NodeName= lines (check-gres)");
   po::options_description all;
@@ -125,6 +128,13 @@ int main(int argc, char** argv) {
     std::cerr << "saker-topo plan: needs --ntasks-per-node N (N >= 1); --format is table or env\n\n" << kUsageText;
     return kUsage;
   }
+  aff::OmpBind bind = aff::OmpBind::none;
+  try {
+    bind = aff::parse_omp_bind(omp_bind, "saker-topo plan --omp-bind");
+  } catch (const std::exception& e) {
+    std::cerr << e.what() << "\n\n" << kUsageText;
+    return kUsage;
+  }
   if (command == "check-gres" && file.empty()) {
     std::cerr << "saker-topo check-gres: needs the gres.conf file to check\n\n" << kUsageText;
     return kUsage;
@@ -142,7 +152,7 @@ int main(int argc, char** argv) {
       return kOk;
     }
     if (command == "check-gres") return check_gres(machine, file, node);
-    return plan(machine, gpus, cpuset, ntasks, shared, format);
+    return plan(machine, gpus, cpuset, ntasks, shared, bind, format);
   } catch (const std::exception& e) {
     std::cerr << "saker-topo: " << e.what() << "\n";
     return kImpossible;
