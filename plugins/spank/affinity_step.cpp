@@ -39,14 +39,21 @@ struct StepState {
 };
 StepState g_step;
 
-int on_gpu_affinity_option(int /*val*/, const char* optarg, int /*remote*/) {
+// An option's value, parsed into its slot; a bad one is reported (on the user's terminal
+// in sbatch/srun/salloc) and the non-zero return aborts the command.
+template <typename T, typename Parse>
+int take_option(std::optional<T>& slot, const char* optarg, const char* name, Parse parse) {
   try {
-    g_step.option = parse_affinity_mode(optarg == nullptr ? "" : optarg, "--gpu-affinity");
+    slot = parse(optarg == nullptr ? "" : optarg, name);
     return 0;
   } catch (const std::exception& e) {
     slurm_error("saker: %s", e.what());
     return -1;
   }
+}
+
+int on_gpu_affinity_option(int /*val*/, const char* optarg, int /*remote*/) {
+  return take_option(g_step.option, optarg, "--gpu-affinity", parse_affinity_mode);
 }
 
 struct spank_option g_gpu_affinity_option = {
@@ -57,13 +64,7 @@ struct spank_option g_gpu_affinity_option = {
     1, 0, on_gpu_affinity_option};
 
 int on_omp_bind_option(int /*val*/, const char* optarg, int /*remote*/) {
-  try {
-    g_step.omp_bind = aff::parse_omp_bind(optarg == nullptr ? "" : optarg, "--omp-bind");
-    return 0;
-  } catch (const std::exception& e) {
-    slurm_error("saker: %s", e.what());
-    return -1;
-  }
+  return take_option(g_step.omp_bind, optarg, "--omp-bind", aff::parse_omp_bind);
 }
 
 struct spank_option g_omp_bind_option = {
@@ -256,8 +257,9 @@ int affinity_task_init(spank_t sp, const Config& config) {
   const aff::TaskEnv env = aff::task_env(mine, [&](const std::string& key) -> std::optional<std::string> {
     char buf[4096];
     const spank_err_t rc = spank_getenv(sp, key.c_str(), buf, sizeof buf);
-    if (rc == ESPANK_ENV_NOEXIST) return std::nullopt;
-    return rc == ESPANK_SUCCESS ? std::string(buf) : std::string("(longer than 4095 bytes)");
+    if (rc == ESPANK_SUCCESS) return std::string(buf);
+    if (rc == ESPANK_NOSPACE) return std::string("(a value longer than 4095 bytes)");  // set: still the user's
+    return std::nullopt;
   });
   for (const auto& [key, value] : env.set)
     if (spank_setenv(sp, key.c_str(), value.c_str(), 1) != ESPANK_SUCCESS)
