@@ -176,6 +176,8 @@ TEST_CASE("affinity planner: by default a task gets OMP_NUM_THREADS only, no OMP
   CHECK(env(shared.ranks[0], "OMP_NUM_THREADS") == "1");
   CHECK(env(shared.ranks[0], "OMP_PROC_BIND") == "<unset>");
   CHECK_THAT(format_plan_env(plan, dgx()), !Catch::Contains("OMP_PLACES") && !Catch::Contains("OMP_PROC_BIND"));
+  CHECK_THAT(format_plan_table(dgx(), request("0-7", 8), plan),
+             Catch::Contains("saker: OpenMP threads not pinned: OMP_NUM_THREADS only (omp-bind=none)"));
 }
 
 TEST_CASE("affinity planner: --omp-bind=close or spread adds one place per core and the bind policy") {
@@ -187,6 +189,8 @@ TEST_CASE("affinity planner: --omp-bind=close or spread adds one place per core 
     CHECK(env(plan.ranks[0], "OMP_NUM_THREADS") == "4");
     CHECK(env(plan.ranks[0], "OMP_PLACES") == "{0,32},{1,33},{2,34},{3,35}");
     CHECK(env(plan.ranks[5], "OMP_PROC_BIND") == name);
+    CHECK_THAT(format_plan_table(dgx(), req, plan),
+               Catch::Contains(std::string("OpenMP threads pinned: OMP_PROC_BIND=") + name));
     Request narrow = request("0-3", 4, "0-5");
     narrow.omp_bind = bind;
     CHECK(env(make_plan(dgx(), narrow).ranks[1], "OMP_PLACES") == "{1},{2}");
