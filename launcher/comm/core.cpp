@@ -29,10 +29,14 @@ static std::vector<int> all_ranks(int n) {
 
 // How this rank drives its links: from the machine's CPUs and the ranks of the job
 // that share them (tuning.hpp).
-static LinkPlan plan_for(const Mesh& mesh) {
+static int ranks_on_this_machine(const Mesh& mesh) {
   int here = 0;
   for (int r = 0; r < mesh.size(); ++r) here += mesh.peer(r).machine == mesh.peer(mesh.rank()).machine ? 1 : 0;
-  return plan_links(cores_online(), here, last_level_cache());
+  return here;
+}
+
+static LinkPlan plan_for(const Mesh& mesh) {
+  return plan_links(cores_online(), ranks_on_this_machine(mesh), last_level_cache());
 }
 
 Core::Core(Mesh& mesh, const Topology& topo, int channel, const std::string& shm_name, const Options& options,
@@ -44,7 +48,12 @@ Core::Core(Mesh& mesh, const Topology& topo, int channel, const std::string& shm
   if (local.size() > 1) {
     // Slots shrink as ranks per node grow so the segment stays a few MiB.
     std::size_t slot = std::max<std::size_t>(64 * 1024, (4u << 20) / local.size());
-    shm_ = std::make_unique<ShmGroup>(mesh, local, shm_name + "-n" + std::to_string(node), slot);
+    int stripes = stripes_for_node(cores_online(), ranks_on_this_machine(mesh));
+    // The stripe count in the name: ranks that disagree on it (SAKER_COMM_SHM_STRIPES
+    // set on some only) map different segments and time out naming a rank, instead of
+    // one shrinking the segment under the others.
+    shm_ = std::make_unique<ShmGroup>(mesh, local, shm_name + "-n" + std::to_string(node) + "-s" + std::to_string(stripes),
+                                      slot, stripes, stripe_threads(stripes));
   }
   if (topo.leaders.size() > 1 && local.front() == mesh.rank())
     leaders_ = std::make_unique<Ring>(mesh, topo.leaders, channel, options.chunk_bytes, plan_for(mesh));

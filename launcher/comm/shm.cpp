@@ -30,6 +30,9 @@ constexpr std::size_t kMaxLocal = 256;
 constexpr std::uint64_t kSpins = 32;
 // Up to this size an allreduce takes one barrier and every rank reduces everything.
 constexpr std::size_t kDirectBytes = 64 * 1024;
+// The least a stripe carries: below ~1 MiB its copies take less than the two futex
+// wake-ups that hand it to a thread and back.
+constexpr std::size_t kStripeBytes = 1 << 20;
 
 struct alignas(kLine) Flag {
   std::atomic<std::uint64_t> phase;
@@ -63,15 +66,22 @@ void publish(char* slot, const char* src, std::size_t bytes, bool streaming) {
 
 }  // namespace
 
-ShmGroup::ShmGroup(Mesh& mesh, std::vector<int> members, const std::string& name, std::size_t slot_bytes)
-    : mesh_(mesh), members_(std::move(members)), name_(name), slot_bytes_(slot_bytes / kLine * kLine) {
+ShmGroup::ShmGroup(Mesh& mesh, std::vector<int> members, const std::string& name, std::size_t slot_bytes, int stripes,
+                   int threads)
+    : mesh_(mesh),
+      members_(std::move(members)),
+      name_(name),
+      // The slot memory is shared among the lanes, so the segment keeps its size.
+      slot_bytes_(std::max<std::size_t>(kDirectBytes, slot_bytes / static_cast<std::size_t>(std::max(1, stripes))) /
+                  kLine * kLine),
+      lanes_(static_cast<std::size_t>(std::max(1, stripes))) {
   auto it = std::find(members_.begin(), members_.end(), mesh.rank());
   SAKER_ASSERT(it != members_.end(), "shm group built on a rank outside it");
   if (members_.size() > kMaxLocal)
     throw Error(explain("too many ranks on one node for the shared-memory path (" + std::to_string(members_.size()) + ")",
                         "the segment has room for 256", "set SAKER_COMM_TRANSPORT=ring"));
   index_ = static_cast<int>(it - members_.begin());
-  map_bytes_ = header_bytes() + 2 * members_.size() * slot_bytes_;
+  map_bytes_ = lanes_.size() * (header_bytes() + 2 * members_.size() * slot_bytes_);
   int fd = shm_open(name_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0 || ftruncate(fd, static_cast<off_t>(map_bytes_)) != 0) {
     int err = errno;
@@ -84,9 +94,11 @@ ShmGroup::ShmGroup(Mesh& mesh, std::vector<int> members, const std::string& name
   if (p == MAP_FAILED)
     throw Error(explain("cannot map /dev/shm" + name_, std::strerror(errno), "set SAKER_COMM_TRANSPORT=ring"));
   base_ = static_cast<char*>(p);
+  threads_ = std::make_unique<Lanes>(std::clamp(threads, 1, static_cast<int>(lanes_.size())));
 }
 
 ShmGroup::~ShmGroup() {
+  threads_.reset();  // no lane runs past here
   if (base_) munmap(base_, map_bytes_);
   if (!unlinked_ && index_ == 0) shm_unlink(name_.c_str());
 }
@@ -96,18 +108,21 @@ void ShmGroup::unlink() {
   unlinked_ = true;
 }
 
-char* ShmGroup::slot(int set, int who) const {
-  return base_ + header_bytes() + (static_cast<std::size_t>(set) * members_.size() + static_cast<std::size_t>(who)) * slot_bytes_;
+// The segment: all lanes' flags first, then each lane's two slot sets.
+char* ShmGroup::slot(int lane, int set, int who) const {
+  std::size_t n = members_.size();
+  std::size_t index = (static_cast<std::size_t>(lane) * 2 + static_cast<std::size_t>(set)) * n + static_cast<std::size_t>(who);
+  return base_ + lanes_.size() * header_bytes() + index * slot_bytes_;
 }
 
-void ShmGroup::barrier(const char* during) {
-  auto* flags = reinterpret_cast<Flag*>(base_);
-  ++phase_;
-  flags[index_].phase.store(phase_, std::memory_order_release);
+void ShmGroup::barrier(int lane, const char* during) {
+  auto* flags = reinterpret_cast<Flag*>(base_ + static_cast<std::size_t>(lane) * header_bytes());
+  std::uint64_t phase = ++lanes_[static_cast<std::size_t>(lane)].phase;
+  flags[index_].phase.store(phase, std::memory_order_release);
   auto deadline = net::deadline_in(mesh_.timeout());
   for (int j = 0; j < size(); ++j) {
     std::uint64_t spins = 0;
-    while (flags[j].phase.load(std::memory_order_acquire) < phase_) {
+    while (flags[j].phase.load(std::memory_order_acquire) < phase) {
       ++spins;
       if (spins < kSpins) { _mm_pause(); continue; }
       sched_yield();  // oversubscribed nodes: let the peer run
@@ -129,55 +144,77 @@ void ShmGroup::allreduce(void* data, std::size_t count, DataType type, ReduceOp 
   if (n == 1 || count == 0) return;
   std::size_t es = size_of(type);
   char* out = static_cast<char*>(data);
-  std::vector<const void*> ins(static_cast<std::size_t>(n));
   if (count * es <= std::min(kDirectBytes, slot_bytes_)) {
     // Small: one barrier. Everyone publishes its buffer and reduces all of it
     // (the same rank order as below, so results do not depend on the path).
-    std::memcpy(slot(set_, index_), out, count * es);
-    barrier("allreduce");
-    for (int j = 0; j < n; ++j) ins[static_cast<std::size_t>(j)] = slot(set_, j);
+    Lane& lane = lanes_[0];
+    std::vector<const void*> ins(static_cast<std::size_t>(n));
+    std::memcpy(slot(0, lane.set, index_), out, count * es);
+    barrier(0, "allreduce");
+    for (int j = 0; j < n; ++j) ins[static_cast<std::size_t>(j)] = slot(0, lane.set, j);
     reduce::combine(out, ins.data(), n, count, type, op);
-    set_ ^= 1;  // the other set next: this one is rewritten only after the next barrier
+    lane.set ^= 1;  // the other set next: this one is rewritten only after the next barrier
     return;
   }
   const bool streaming = stores_.streaming(count * es);
   const auto started = std::chrono::steady_clock::now();
+  // Stripes of whole cache lines, at least kStripeBytes each: the count alone decides,
+  // so every rank cuts the same ones.
+  std::size_t align = std::max<std::size_t>(1, kLine / es);
+  std::size_t used = std::clamp<std::size_t>(count * es / kStripeBytes, 1, lanes_.size());
+  std::size_t stripe = ((count + used - 1) / used + align - 1) / align * align;
+  int threads = threads_->count();
+  threads_->run([&](int t) {
+    // Lowest stripe first on every rank and thread (see shm.hpp): no rank waits for ever.
+    for (std::size_t s = static_cast<std::size_t>(t); s < used; s += static_cast<std::size_t>(threads)) {
+      std::size_t b = std::min(count, s * stripe), e = std::min(count, b + stripe);
+      allreduce_stripe(static_cast<int>(s), out + b * es, e - b, type, op, streaming);
+    }
+  });
+  stores_.record(count * es, streaming, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+}
+
+void ShmGroup::allreduce_stripe(int lane_index, char* data, std::size_t count, DataType type, ReduceOp op,
+                                bool streaming) {
+  int n = size();
+  std::size_t es = size_of(type);
+  Lane& lane = lanes_[static_cast<std::size_t>(lane_index)];
+  std::vector<const void*> ins(static_cast<std::size_t>(n));
   std::size_t piece_elems = slot_bytes_ / es;
   // Parts start on cache lines so that ranks never write the same line.
   std::size_t align = std::max<std::size_t>(1, kLine / es);
   for (std::size_t done = 0; done < count; done += piece_elems) {
     std::size_t m = std::min(piece_elems, count - done);
-    char* piece = out + done * es;
+    char* piece = data + done * es;
     std::size_t part = ((m + static_cast<std::size_t>(n) - 1) / static_cast<std::size_t>(n) + align - 1) / align * align;
     auto part_range = [&](int i) {
       std::size_t b = std::min(m, part * static_cast<std::size_t>(i));
       return std::make_pair(b, std::min(m, b + part));
     };
-    char* mine = slot(set_, index_);
+    char* mine = slot(lane_index, lane.set, index_);
     // 1. Publish only what the others reduce: their parts of my buffer.
     for (int j = 0; j < n; ++j) {
       auto [bj, ej] = part_range(j);
       if (j != index_ && ej > bj) publish(mine + bj * es, piece + bj * es, (ej - bj) * es, streaming);
     }
-    barrier("allreduce");
+    barrier(lane_index, "allreduce");
     // 2. Reduce my part in rank order, my own term straight from my buffer, into my
     //    buffer (with ordinary stores, also into my slot in the same pass); publish it.
     auto [b, e] = part_range(index_);
     if (e > b) {
       for (int j = 0; j < n; ++j)
-        ins[static_cast<std::size_t>(j)] = j == index_ ? piece + b * es : slot(set_, j) + b * es;
+        ins[static_cast<std::size_t>(j)] = j == index_ ? piece + b * es : slot(lane_index, lane.set, j) + b * es;
       reduce::combine(piece + b * es, ins.data(), n, e - b, type, op, streaming ? nullptr : mine + b * es);
       if (streaming) publish(mine + b * es, piece + b * es, (e - b) * es, true);
     }
-    barrier("allreduce");
+    barrier(lane_index, "allreduce");
     // 3. Everyone else's reduced parts.
     for (int j = 0; j < n; ++j) {
       auto [bj, ej] = part_range(j);
-      if (j != index_ && ej > bj) std::memcpy(piece + bj * es, slot(set_, j) + bj * es, (ej - bj) * es);
+      if (j != index_ && ej > bj) std::memcpy(piece + bj * es, slot(lane_index, lane.set, j) + bj * es, (ej - bj) * es);
     }
-    set_ ^= 1;  // the next piece uses the other slots: no third barrier needed
+    lane.set ^= 1;  // the next piece uses the other slots: no third barrier needed
   }
-  stores_.record(count * es, streaming, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
 }
 
 void ShmGroup::broadcast(void* data, std::size_t bytes, int root_index) {
@@ -185,11 +222,13 @@ void ShmGroup::broadcast(void* data, std::size_t bytes, int root_index) {
   char* p = static_cast<char*>(data);
   for (std::size_t done = 0; done < bytes; done += slot_bytes_) {
     std::size_t m = std::min(slot_bytes_, bytes - done);
-    if (index_ == root_index) publish(slot(set_, root_index), p + done, m, false);
-    barrier("broadcast");
-    if (index_ != root_index) std::memcpy(p + done, slot(set_, root_index), m);
-    set_ ^= 1;  // a slot set is rewritten two pieces later, after the next barrier
+    Lane& lane = lanes_[0];
+    if (index_ == root_index) publish(slot(0, lane.set, root_index), p + done, m, false);
+    barrier(0, "broadcast");
+    if (index_ != root_index) std::memcpy(p + done, slot(0, lane.set, root_index), m);
+    lane.set ^= 1;  // a slot set is rewritten two pieces later, after the next barrier
   }
 }
+
 
 }  // namespace saker::comm

@@ -9,14 +9,23 @@
 // reproducible and independent of timing and of the path. Waits spin briefly, then
 // yield (a blocking wake-up costs ~50 us), and watch the deadline, abort notices and
 // whether the peer's process still exists.
+//
+// Large allreduces are cut into stripes, each with its own slots and flags (a lane of
+// the segment), and a rank runs its stripes on up to that many threads (Lanes): one
+// core cannot feed a server's memory. Every rank cuts the same stripes, so an element
+// is reduced in the same rank order whatever the thread count. A rank with fewer
+// threads runs its stripes one after another, lowest first; since every rank goes up
+// in the same order, the lowest unfinished stripe always has all its ranks on it.
 #pragma once
 
 #include <array>
+#include <memory>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "launcher/comm/lanes.hpp"
 #include "launcher/comm/mesh.hpp"
 #include "launcher/comm/tuning.hpp"
 #include "saker/comm.hpp"
@@ -33,14 +42,18 @@ class StoreChoice : public TimedChoice {
 
 class ShmGroup {
  public:
-  // members: global ranks on this node in local order; name: unique per session+node.
-  ShmGroup(Mesh& mesh, std::vector<int> members, const std::string& name, std::size_t slot_bytes);
+  // members: global ranks on this node in local order; name: unique per session+node;
+  // stripes: how many stripes a large allreduce is cut into, the same on every member
+  // (stripes_for_node, tuning.hpp); threads: how many of them this rank runs at once.
+  ShmGroup(Mesh& mesh, std::vector<int> members, const std::string& name, std::size_t slot_bytes, int stripes = 1,
+           int threads = 1);
   ~ShmGroup();
   ShmGroup(const ShmGroup&) = delete;
   ShmGroup& operator=(const ShmGroup&) = delete;
 
   int size() const { return static_cast<int>(members_.size()); }
   int index() const { return index_; }
+  int stripes() const { return static_cast<int>(lanes_.size()); }
   // Removes the name from /dev/shm (the mapping stays); call once everyone mapped it.
   void unlink();
 
@@ -48,8 +61,14 @@ class ShmGroup {
   void broadcast(void* data, std::size_t bytes, int root_index);
 
  private:
-  void barrier(const char* during);
-  char* slot(int set, int who) const;
+  // A lane's own state: its flags' phase and which of its two slot sets is next.
+  struct Lane {
+    std::uint64_t phase = 0;
+    int set = 0;
+  };
+  void barrier(int lane, const char* during);
+  char* slot(int lane, int set, int who) const;
+  void allreduce_stripe(int lane, char* data, std::size_t count, DataType type, ReduceOp op, bool streaming);
 
   Mesh& mesh_;
   std::vector<int> members_;
@@ -58,10 +77,11 @@ class ShmGroup {
   std::size_t slot_bytes_;
   std::size_t map_bytes_ = 0;
   char* base_ = nullptr;
-  std::uint64_t phase_ = 0;
-  int set_ = 0;
+  std::vector<Lane> lanes_;
+  std::unique_ptr<Lanes> threads_;
   bool unlinked_ = false;
   StoreChoice stores_;
 };
+
 
 }  // namespace saker::comm

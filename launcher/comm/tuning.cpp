@@ -1,5 +1,6 @@
 #include "launcher/comm/tuning.hpp"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,7 +29,7 @@ bool env_size(const char* name, std::size_t* out) {
   errno = 0;
   unsigned long long x = std::strtoull(v, &end, 10);
   if (errno != 0 || end == v || *end != '\0' || *v == '-')
-    throw Error(explain(std::string(name) + "='" + v + "' is not a byte count", "it must be a whole number >= 0",
+    throw Error(explain(std::string(name) + "='" + v + "' is not a whole number", "it must be a count >= 0",
                         "fix or unset the variable"));
   *out = static_cast<std::size_t>(x);
   return true;
@@ -134,6 +135,24 @@ LinkPlan plan_links(int online, int ranks_here, Cache cache) {
   if (direct && !exchange) p.exchange_bytes = 0;
   if (exchange && !direct) p.direct_bytes = 0;
   return p;
+}
+
+int stripes_for_node(int online_cpus, int ranks_here) {
+  std::size_t forced = 0;
+  if (env_size("SAKER_COMM_SHM_STRIPES", &forced)) {
+    if (forced < 1 || forced > 16)
+      throw Error(explain("SAKER_COMM_SHM_STRIPES=" + std::to_string(forced) + " is out of range",
+                          "a large allreduce is cut into 1 to 16 stripes", "set a value from 1 to 16, or unset it"));
+    return static_cast<int>(forced);
+  }
+  return std::clamp(online_cpus / std::max(1, ranks_here), 1, 4);
+}
+
+int stripe_threads(int stripes) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  return std::clamp(cpus, 1, std::max(1, stripes));
 }
 
 }  // namespace saker::comm

@@ -87,6 +87,14 @@ struct LinkPlan {
 
 // CPUs online on this machine.
 int cores_online();
+// How many stripes this node's large allreduces are cut into: the machine's online
+// CPUs shared among the job's ranks on it, at most 4 (past that a stripe of a 25 MiB
+// DDP bucket falls to a few MiB, where wake-ups and barriers start to count), or
+// SAKER_COMM_SHM_STRIPES (1-16). It sets the segment's layout, so it must be the same
+// on every rank of a node.
+int stripes_for_node(int online_cpus, int ranks_here);
+// How many threads this rank gives them: the CPUs it may run on, at most `stripes`.
+int stripe_threads(int stripes);
 // The largest cache the kernel reports for CPU 0 (sysfs; glibc's sysconf reports the
 // host's whole L3 inside a VM) and how many CPUs share it; zeros when unknown.
 struct Cache {

@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <sched.h>
+
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -101,6 +103,64 @@ TEST_CASE("allreduce: every op, type and size against the reference, every trans
   }
   // Uneven nodes (2 + 1 + 2 ranks) and automatic choice.
   check_allreduce_everything(5, Transport::automatic, {"a", "a", "b", "c", "c"});
+}
+
+// Large shared-memory allreduces cut into stripes (shm.hpp). The attacks: stripes that do
+// not divide the buffer, a piece count per stripe that differs, and ranks that run their
+// stripes on different numbers of threads (rank 0 pinned to one CPU runs them one after
+// another while the others run them at once): none may hang, and every element must
+// come out as the reference and as the same bits as without stripes.
+TEST_CASE("shm stripes: the reference and the unstriped bits, whatever each rank's thread count", "[comm][allreduce]") {
+  auto pin_rank0 = [](int r) {
+    if (r != 0) return;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(sched_getcpu(), &one);
+    sched_setaffinity(0, sizeof one, &one);
+  };
+  // 6 MiB of f32, odd: cut into up to 5 stripes of whole cache lines, the last one short.
+  constexpr std::size_t kCount = 1'500'007;
+  auto run = [&](int n, const char* stripes, DataType type, ReduceOp op, bool random) {
+    setenv("SAKER_COMM_SHM_STRIPES", stripes, 1);
+    struct Unset {  // also when a rank fails: later tests must not inherit the stripes
+      ~Unset() { unsetenv("SAKER_COMM_SHM_STRIPES"); }
+    } unset;
+    std::vector<std::vector<char>> results(static_cast<std::size_t>(n));
+    run_ranks(n, [&](Communicator& c, Failures& f) {
+      c.set_transport(Transport::shm);
+      std::vector<char> v(kCount * size_of(type));
+      std::mt19937 rng(7 + static_cast<unsigned>(c.rank()));
+      std::normal_distribution<float> d(0.0f, 1e3f);
+      for (std::size_t i = 0; i < kCount; ++i) put(v.data(), i, type, random ? d(rng) : value(c.rank(), i));
+      for (int call = 0; call < 2; ++call) {  // the second call reuses the lanes' threads and slots
+        std::vector<char> buf = v;
+        c.allreduce(buf.data(), kCount, type, op);
+        if (!random)
+          for (std::size_t i = 0; i < kCount; ++i)
+            if (get(buf.data(), i, type) != reference(n, i, type, op)) {
+              f.add(std::string("stripes=") + stripes + " " + name_of(type) + " " + name_of(op) + " i=" +
+                    std::to_string(i) + ": got " + std::to_string(get(buf.data(), i, type)));
+              break;
+            }
+        results[static_cast<std::size_t>(c.rank())] = buf;
+      }
+    }, test::quick_options(), {}, pin_rank0);
+    for (int r = 1; r < n; ++r) CHECK(results[static_cast<std::size_t>(r)] == results[0]);
+    return results[0];
+  };
+  for (int n : {2, 3})
+    for (DataType type : {DataType::f32, DataType::f64, DataType::bf16, DataType::i32})
+      for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max}) {
+        INFO("n=" << n << " " << name_of(type) << " " << name_of(op));
+        for (const char* stripes : {"3", "4"}) run(n, stripes, type, op, false);
+      }
+  for (int n : {2, 3})
+    for (DataType type : {DataType::f32, DataType::bf16}) {
+      INFO("random values, n=" << n << " " << name_of(type));
+      auto one = run(n, "1", type, ReduceOp::sum, true);
+      CHECK(run(n, "3", type, ReduceOp::sum, true) == one);
+      CHECK(run(n, "16", type, ReduceOp::sum, true) == one);
+    }
 }
 
 TEST_CASE("automatic transport follows placement", "[comm][allreduce]") {

@@ -2,6 +2,7 @@
 // thread-safe, so ranks record failures and the test thread checks them.
 #pragma once
 
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -34,8 +35,11 @@ inline Options quick_options() {
 }
 
 // nodes[r] is rank r's node identity (empty: all on one node). f(comm, failures).
+// before_create(r), if given, runs on rank r's thread before its communicator exists
+// (e.g. to pin that thread: a communicator sizes some of its work by the CPUs it may use).
 template <class F>
-void run_ranks(int n, F f, Options o = quick_options(), std::vector<std::string> nodes = {}) {
+void run_ranks(int n, F f, Options o = quick_options(), std::vector<std::string> nodes = {},
+               std::function<void(int)> before_create = {}) {
   auto store = make_memory_store();
   Failures failures;
   std::vector<std::thread> threads;
@@ -47,6 +51,7 @@ void run_ranks(int n, F f, Options o = quick_options(), std::vector<std::string>
         p.size = n;
         p.node = nodes.empty() ? "node0" : nodes[static_cast<std::size_t>(r)];
         p.host = "host-" + p.node;
+        if (before_create) before_create(r);
         auto comm = Communicator::create(store, p, o);
         f(*comm, failures);
       } catch (const std::exception& e) {

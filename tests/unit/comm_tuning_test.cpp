@@ -2,6 +2,7 @@
 // share them; the environment overrides, and bad values are refused by name.
 #include <catch2/catch.hpp>
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -17,6 +18,8 @@
 
 using saker::comm::LinkPlan;
 using saker::comm::plan_links;
+using saker::comm::stripe_threads;
+using saker::comm::stripes_for_node;
 using saker::comm::TimedChoice;
 
 TEST_CASE("link plan follows the cores and the ranks sharing them", "[comm][tuning]") {
@@ -197,4 +200,36 @@ TEST_CASE("cores and machine identity are measured", "[comm][tuning]") {
   CHECK(saker::comm::cores_online() >= 1);
   CHECK(saker::comm::machine_id() == saker::comm::machine_id());
   CHECK(saker::comm::machine_id().find(' ') == std::string::npos);  // one token in the rendezvous entry
+}
+
+TEST_CASE("shared-memory stripes follow the CPUs per rank on the node", "[comm][tuning]") {
+  CHECK(stripes_for_node(2, 2) == 1);    // a 2-CPU guest with 2 ranks: no spare core
+  CHECK(stripes_for_node(1, 4) == 1);    // oversubscribed
+  CHECK(stripes_for_node(16, 2) == 4);   // 8 CPUs a rank, capped at 4
+  CHECK(stripes_for_node(12, 4) == 3);
+  CHECK(stripes_for_node(64, 0) == 4);   // no count given: as if one rank
+  setenv("SAKER_COMM_SHM_STRIPES", "2", 1);
+  CHECK(stripes_for_node(2, 2) == 2);
+  for (const char* bad : {"0", "17", "x", "-3"}) {
+    INFO("SAKER_COMM_SHM_STRIPES='" << bad << "'");
+    setenv("SAKER_COMM_SHM_STRIPES", bad, 1);
+    CHECK_THROWS_WITH(stripes_for_node(16, 2), Catch::Contains("SAKER_COMM_SHM_STRIPES"));
+  }
+  unsetenv("SAKER_COMM_SHM_STRIPES");
+}
+
+TEST_CASE("a rank runs as many stripes at once as it has CPUs", "[comm][tuning]") {
+  cpu_set_t all;
+  REQUIRE(sched_getaffinity(0, sizeof all, &all) == 0);
+  CHECK(stripe_threads(4) == std::min(4, CPU_COUNT(&all)));
+  CHECK(stripe_threads(1) == 1);
+  // Pinned to one CPU (as srun --cpu-bind or the SPANK plugin may do): one thread.
+  int pinned = -1;
+  std::thread([&] {  // Catch's macros stay on the test's thread
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(sched_getcpu(), &one);
+    if (sched_setaffinity(0, sizeof one, &one) == 0) pinned = stripe_threads(4);
+  }).join();
+  CHECK(pinned == 1);
 }
