@@ -1,6 +1,7 @@
 #include "plugins/affinity/planner.hpp"
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 
 #include "common/error.hpp"
@@ -191,20 +192,50 @@ void build_env(const Machine& m, const Request& req, const std::vector<RankPlan>
 
 bool task_setting_wins(const std::string& key) { return key.rfind("OMP_", 0) == 0; }
 
+// The record an enclosing step's plan left (kPlanRecord): KEY=VALUE;KEY=VALUE. Only
+// OMP_* keys count: the record may say what to replace or unset, and nothing else.
+std::map<std::string, std::string> parse_record(const std::string& text) {
+  std::map<std::string, std::string> out;
+  for (std::size_t at = 0; at < text.size();) {
+    std::size_t end = std::min(text.find(';', at), text.size());
+    std::string item = text.substr(at, end - at);
+    std::size_t eq = item.find('=');
+    if (eq != std::string::npos && task_setting_wins(item.substr(0, eq))) out[item.substr(0, eq)] = item.substr(eq + 1);
+    at = end + 1;
+  }
+  return out;
+}
+
 }  // namespace
 
 TaskEnv task_env(const RankPlan& rank,
                  const std::function<std::optional<std::string>(const std::string&)>& task_value) {
   TaskEnv out;
+  // A value equal to what an enclosing step's plan set (srun inside `srun --pty bash`
+  // inherits it) is that plan's, not the user's: this step's plan replaces it.
+  const auto inherited = parse_record(task_value(kPlanRecord).value_or(""));
+  const auto from_enclosing_plan = [&](const std::string& key, const std::string& value) {
+    auto it = inherited.find(key);
+    return it != inherited.end() && it->second == value;
+  };
+  std::string record;
   for (const auto& [key, value] : rank.env) {
     if (task_setting_wins(key)) {
-      if (auto own = task_value(key)) {
+      if (auto own = task_value(key); own && !from_enclosing_plan(key, *own)) {
         out.kept.emplace_back(key, std::move(*own));
         continue;
       }
+      record += (record.empty() ? "" : ";") + key + "=" + value;
     }
     out.set.emplace_back(key, value);
   }
+  // What the enclosing plan set and this one does not (its OMP_PLACES under
+  // --omp-bind=close, this step's none) goes, unless the user changed it since.
+  for (const auto& [key, value] : inherited) {
+    bool planned = std::any_of(rank.env.begin(), rank.env.end(), [&](const auto& kv) { return kv.first == key; });
+    if (!planned && task_value(key) == std::optional<std::string>(value)) out.unset.push_back(key);
+  }
+  out.set.emplace_back(kPlanRecord, record);
   return out;
 }
 

@@ -53,13 +53,21 @@ struct Plan {
 struct TaskEnv {
   std::vector<std::pair<std::string, std::string>> set;   // in the plan's order
   std::vector<std::pair<std::string, std::string>> kept;  // the task's values, in the plan's order
+  std::vector<std::string> unset;                         // an enclosing step's plan's leftovers
 };
+
+// Where the plan records the OMP_* values it set (KEY=VALUE;...), so that a step started
+// inside a bound task (srun inside `srun --pty bash`) can tell them from the user's.
+inline constexpr const char* kPlanRecord = "SAKER_PLAN_OMP";
 
 // The plan's environment for a task whose own variables `task_value` reads (nullopt:
 // unset). The placement variables (CUDA_VISIBLE_DEVICES, NCCL_IB_HCA, UCX_NET_DEVICES...)
 // are the plan's decision and overwrite whatever Slurm or the user put there. The OpenMP
 // ones (OMP_NUM_THREADS, OMP_PLACES, OMP_PROC_BIND) only advise the threads inside the
-// task: a value the task already has, even empty, is the user's choice and wins.
+// task: a value the task already has, even empty, is the user's choice and wins, unless
+// it is the value an enclosing step's plan recorded in kPlanRecord (inherited, not
+// chosen). Such a plan's variables that this plan does not set are unset, again unless
+// the user changed them. `set` ends with this plan's record.
 TaskEnv task_env(const RankPlan& rank,
                  const std::function<std::optional<std::string>(const std::string&)>& task_value);
 

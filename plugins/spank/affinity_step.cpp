@@ -7,6 +7,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <vector>
 
 extern "C" {
 #include <slurm/slurm.h>
@@ -255,15 +256,19 @@ int affinity_task_init(spank_t sp, const Config& config) {
   }
   const aff::RankPlan& mine = plan.ranks.at(static_cast<std::size_t>(task));
   const aff::TaskEnv env = aff::task_env(mine, [&](const std::string& key) -> std::optional<std::string> {
-    char buf[4096];
-    const spank_err_t rc = spank_getenv(sp, key.c_str(), buf, sizeof buf);
-    if (rc == ESPANK_SUCCESS) return std::string(buf);
-    if (rc == ESPANK_NOSPACE) return std::string("(a value longer than 4095 bytes)");  // set: still the user's
+    // 64 KiB: an OMP_PLACES (or the plan's record of it) of a few hundred cores fits.
+    std::vector<char> buf(64 * 1024);
+    const spank_err_t rc = spank_getenv(sp, key.c_str(), buf.data(), static_cast<int>(buf.size()));
+    if (rc == ESPANK_SUCCESS) return std::string(buf.data());
+    if (rc == ESPANK_NOSPACE) return std::string("(a value longer than 64 KiB)");  // set: still the user's
     return std::nullopt;
   });
   for (const auto& [key, value] : env.set)
     if (spank_setenv(sp, key.c_str(), value.c_str(), 1) != ESPANK_SUCCESS)
       return fall_back(config, "cannot set " + key + " in the task's environment");
+  for (const auto& key : env.unset)
+    if (spank_unsetenv(sp, key.c_str()) != ESPANK_SUCCESS)
+      return fall_back(config, "cannot unset " + key + " (left by an enclosing step's plan) in the task's environment");
   try {
     aff::bind_cpus(mine.pus);
     aff::bind_memory(machine.numas[mine.numa].os_index);

@@ -120,6 +120,20 @@ assert_contains "$IT_OUT" "saker: rank 0 bound to CPUs 0-1, NUMA node 0, keeps i
   "explain says which of the task's own values it kept"
 assert_contains "$IT_OUT" "saker: OpenMP threads pinned: OMP_PROC_BIND=close" "explain says OpenMP threads are pinned"
 
+# srun inside a bound task (as in `srun --pty bash`, then srun in that shell): the inner
+# step inherits the outer plan's OMP_*, recorded in SAKER_PLAN_OMP. Those are the outer
+# plan's, not the user's: the inner plan replaces them (its own core count) and drops the
+# pinning it does not ask for; a value the user changed in between stays theirs. Two inner
+# tasks of one core each: their plan's OMP_NUM_THREADS (1) differs from the outer one's (2).
+inner='srun --overlap -n2 -c1 --omp-bind=none bash -c '\''echo "inner OMP_NUM_THREADS=$OMP_NUM_THREADS OMP_PLACES=${OMP_PLACES-<unset>} OMP_PROC_BIND=${OMP_PROC_BIND-<unset>}"'\'
+assert_rc 0 "srun inside a step bound with --omp-bind=close" -- "${step[@]}" --omp-bind=close bash -c "$inner"
+assert_contains "$IT_OUT" "inner OMP_NUM_THREADS=1 OMP_PLACES=<unset> OMP_PROC_BIND=<unset>" \
+  "the inner step's plan replaces the outer plan's inherited OMP_* (1 core, no pinning)"
+assert_rc 0 "srun inside a step, the user's OMP_NUM_THREADS set in between" -- \
+  "${step[@]}" --omp-bind=close bash -c "export OMP_NUM_THREADS=5; $inner"
+assert_contains "$IT_OUT" "inner OMP_NUM_THREADS=5 OMP_PLACES=<unset> OMP_PROC_BIND=<unset>" \
+  "a value the user set in the outer task stays theirs in the inner step"
+
 # A bad --omp-bind is refused by srun itself, naming the option, the value and the choices.
 assert_rc 255 "a bad --omp-bind is refused" -- "${step[@]}" --omp-bind=closer true
 assert_contains "$IT_OUT" "--omp-bind: unknown value 'closer'" "the refusal names the option and the value"

@@ -247,6 +247,59 @@ TEST_CASE("affinity planner: the task's own OMP_* settings win; placement variab
   CHECK(task_env(rp, empty).kept.size() == 1);
   // Nothing set by the task: the whole plan, in the plan's order.
   const TaskEnv fresh = task_env(rp, [](const std::string&) { return std::optional<std::string>(); });
-  CHECK(fresh.set == rp.env);
+  auto planned = rp.env;
+  planned.emplace_back(kPlanRecord, "OMP_NUM_THREADS=4;OMP_PLACES={4,36},{5,37},{6,38},{7,39};OMP_PROC_BIND=close");
+  CHECK(fresh.set == planned);  // and the record of what it set, last
   CHECK(fresh.kept.empty());
+  CHECK(fresh.unset.empty());
+  // The record names only what the plan set, not what the task kept.
+  CHECK(partly.set.back() == std::pair<std::string, std::string>(
+                                 kPlanRecord, "OMP_NUM_THREADS=4;OMP_PLACES={4,36},{5,37},{6,38},{7,39}"));
+}
+
+// srun inside a bound task (`srun --pty bash`, then srun in it) inherits the outer plan's
+// OMP_*: those are not the user's. The attacks: the outer plan pinned and this one does
+// not; the user changed one value since; a record that names other variables or is
+// malformed; a record that a user forged to match values of their own (harmless: the
+// plan's values replace them, no more).
+TEST_CASE("affinity planner: OMP_* inherited from an enclosing step's plan are replaced, the user's kept") {
+  Request outer_req = request("0-7", 1);  // one task with 16 cores, pinned
+  outer_req.omp_bind = OmpBind::close;
+  const RankPlan outer = make_plan(dgx(), outer_req).ranks[0];
+  std::map<std::string, std::string> task_vars;  // what the inner step's task inherits
+  for (const auto& [key, value] : task_env(outer, [](const std::string&) { return std::optional<std::string>(); }).set)
+    task_vars[key] = value;
+  REQUIRE(task_vars.at("OMP_NUM_THREADS") == "16");
+  REQUIRE(task_vars.count("OMP_PLACES") == 1);
+  const auto lookup = [&](const std::string& key) -> std::optional<std::string> {
+    auto it = task_vars.find(key);
+    return it == task_vars.end() ? std::nullopt : std::optional<std::string>(it->second);
+  };
+  Request inner_req = request("0-7", 4);  // srun -n4 inside it, --omp-bind none
+  const RankPlan inner = make_plan(dgx(), inner_req).ranks[1];
+  TaskEnv env = task_env(inner, lookup);
+  std::map<std::string, std::string> set(env.set.begin(), env.set.end());
+  CHECK(set.at("OMP_NUM_THREADS") == "8");  // its own cores, not the outer task's 16
+  CHECK(env.kept.empty());
+  CHECK(env.unset == std::vector<std::string>{"OMP_PLACES", "OMP_PROC_BIND"});
+  CHECK(set.at(kPlanRecord) == "OMP_NUM_THREADS=8");
+  // The user changed OMP_NUM_THREADS and OMP_PROC_BIND in the shell: theirs now.
+  task_vars["OMP_NUM_THREADS"] = "3";
+  task_vars["OMP_PROC_BIND"] = "spread";
+  env = task_env(inner, lookup);
+  CHECK(env.kept == std::vector<std::pair<std::string, std::string>>{{"OMP_NUM_THREADS", "3"}});
+  CHECK(env.unset == std::vector<std::string>{"OMP_PLACES"});  // OMP_PROC_BIND=spread stays
+  CHECK(std::none_of(env.set.begin(), env.set.end(), [](const auto& kv) { return kv.first == "OMP_NUM_THREADS"; }));
+  // A record may only speak of OMP_* variables, and a malformed one says nothing.
+  for (const char* record : {"LD_PRELOAD=/tmp/x.so;PATH=/tmp", "OMP_NUM_THREADS", ";;=;OMP_PLACES", ""}) {
+    CAPTURE(record);
+    std::map<std::string, std::string> vars{{kPlanRecord, record}, {"LD_PRELOAD", "/tmp/x.so"}, {"PATH", "/tmp"},
+                                            {"OMP_NUM_THREADS", "5"}, {"OMP_PLACES", "cores"}};
+    TaskEnv e = task_env(inner, [&](const std::string& key) -> std::optional<std::string> {
+      auto it = vars.find(key);
+      return it == vars.end() ? std::nullopt : std::optional<std::string>(it->second);
+    });
+    CHECK(e.unset.empty());
+    CHECK(e.kept == std::vector<std::pair<std::string, std::string>>{{"OMP_NUM_THREADS", "5"}});
+  }
 }
