@@ -14,6 +14,8 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <string>
 
 #include "common/error.hpp"
 #include "launcher/comm/reduce.hpp"
@@ -62,6 +64,18 @@ void publish(char* slot, const char* src, std::size_t bytes, bool streaming) {
     _mm_stream_si128(reinterpret_cast<__m128i*>(slot + i), _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
   if (i < bytes) std::memcpy(slot + i, src + i, bytes - i);
   _mm_sfence();  // the barrier's flag must not become visible before the data
+}
+
+// Whether a peer's process has ended. A dead process whose parent has not reaped it yet
+// (a launcher busy elsewhere) is a zombie, and kill(pid, 0) still succeeds on it: without
+// the state from /proc, its peers waited out the whole timeout.
+bool process_gone(int pid) {
+  if (kill(pid, 0) != 0) return errno == ESRCH;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!std::getline(in, stat)) return false;  // no /proc: trust kill()
+  std::size_t paren = stat.rfind(')');       // the command name may hold spaces and ')'
+  return paren != std::string::npos && paren + 2 < stat.size() && (stat[paren + 2] == 'Z' || stat[paren + 2] == 'X');
 }
 
 }  // namespace
@@ -130,7 +144,7 @@ void ShmGroup::barrier(int lane, const char* during) {
       mesh_.check_abort(during);
       int peer = members_[static_cast<std::size_t>(j)];
       int pid = mesh_.peer(peer).pid;
-      if (pid > 0 && pid != getpid() && kill(pid, 0) != 0 && errno == ESRCH)
+      if (pid > 0 && pid != getpid() && process_gone(pid))
         mesh_.fail(during, peer, mesh_.who(peer) + " exited (process " + std::to_string(pid) + " is gone)");
       if (net::Clock::now() >= deadline)
         mesh_.fail(during, peer, mesh_.who(peer) + " did not answer within " + std::to_string(mesh_.timeout().count()) +
