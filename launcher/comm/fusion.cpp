@@ -153,13 +153,34 @@ void FusionEngine::loop() {
     // the user's own collectives with wake-ups every fusion_cycle; a local enqueue
     // ends the pause at once (peers join as their own enqueue wakes them, or when
     // their pause ends).
+    //
+    // After a partial cycle (a name some ranks submitted and others not yet) the pause
+    // starts at kPartialFirst and doubles up to fusion_cycle. A late rank's enqueue
+    // wakes only its own fusion thread, and its cycle then waits for the early ranks'
+    // threads: with a whole fusion_cycle there, a rank behind by microseconds (its timer
+    // cycle came just before its enqueue) made the tensor wait up to 2 ms. The doubling
+    // keeps a rank that is far behind from costing more than a few extra cycles.
     constexpr auto kIdleCap = std::chrono::milliseconds(50);
-    auto pause = comm_.options.fusion_cycle;
+    constexpr auto kPartialFirst = std::chrono::microseconds(100);
+    const std::chrono::microseconds cycle_time = comm_.options.fusion_cycle;
+    std::chrono::microseconds pause = cycle_time;
+    bool was_partial = false;
     while (!finished_) {
-      bool idle = cycle();
+      const Outcome outcome = cycle();
       if (finished_) break;
-      pause = idle ? std::min(std::max(pause * 2, comm_.options.fusion_cycle), std::max(kIdleCap, comm_.options.fusion_cycle))
-                   : comm_.options.fusion_cycle;
+      const auto was = pause;
+      switch (outcome) {
+        case Outcome::idle:
+          pause = std::min(std::max(was * 2, cycle_time), std::max<std::chrono::microseconds>(kIdleCap, cycle_time));
+          break;
+        case Outcome::partial:
+          pause = was_partial ? std::min(was * 2, cycle_time) : std::min<std::chrono::microseconds>(kPartialFirst, cycle_time);
+          break;
+        case Outcome::settled:
+          pause = cycle_time;
+          break;
+      }
+      was_partial = outcome == Outcome::partial;
       std::unique_lock lock(mu_);
       wake_.wait_for(lock, pause, [&] { return woken_; });
       woken_ = false;
@@ -172,7 +193,7 @@ void FusionEngine::loop() {
   }
 }
 
-bool FusionEngine::cycle() {
+FusionEngine::Outcome FusionEngine::cycle() {
   std::vector<std::pair<std::string, Spec>> mine;
   bool stop, joining;
   {
@@ -219,7 +240,7 @@ bool FusionEngine::cycle() {
   if (any_pending) comm_.timeline->span("negotiate", "fuse", kTidFusion, t0, Timeline::Clock::now());
   if (all_stop) {
     fail_all(std::make_exception_ptr(Error("saker: the communicator was destroyed before this tensor was reduced")));
-    return false;
+    return Outcome::settled;
   }
   // Ready: pending on every rank that has not joined. Order: rank 0's submissions, then
   // rank 1's others, ... (the same on all ranks; rank 0's order when nobody joined).
@@ -322,7 +343,8 @@ bool FusionEngine::cycle() {
     }
   }
   std::erase_if(partial_since_, [&](const auto& kv) { return !holders.count(kv.first); });
-  return !any_pending && !any_joined;  // a joined rank's peers must not wait out an idle pause
+  if (!any_pending && !any_joined) return Outcome::idle;  // a joined rank's peers must not wait out an idle pause
+  return holders.empty() ? Outcome::settled : Outcome::partial;
 }
 
 void FusionEngine::reduce_group(const std::vector<std::pair<std::string, Entry>>& group, Transport t) {

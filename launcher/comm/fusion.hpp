@@ -32,8 +32,11 @@ class FusionEngine {
     ReduceOp op;
     std::shared_ptr<Handle::State> state;
   };
+  // What a negotiation cycle found: no rank had anything (idle); a name that some ranks
+  // submitted and others not yet (partial); or everything was reduced (settled).
+  enum class Outcome { idle, partial, settled };
   void loop();
-  bool cycle();  // true when no rank had anything pending (idle)
+  Outcome cycle();
   void fail_all(std::exception_ptr e);
   void reduce_group(const std::vector<std::pair<std::string, Entry>>& group, Transport t);
   void track_joins(const std::vector<bool>& joined);

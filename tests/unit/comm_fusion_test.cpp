@@ -9,6 +9,7 @@
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "comm_test_support.hpp"
 #include "launcher/comm/reduce.hpp"
@@ -54,6 +55,36 @@ TEST_CASE("fusion: tensors submitted in different orders are matched by name", "
       }
     }, fusion_options());
   }
+}
+
+// A late rank's enqueue wakes only its own fusion thread; the early rank, whose last
+// cycle found the name on it alone, must come back soon, not after a whole fusion cycle.
+// Here the cycle is 200 ms: before the partial pause, "a" waited ~180 ms after rank 1
+// submitted it. The bound (60 ms) leaves a wide margin for a loaded machine.
+TEST_CASE("fusion: after a partial cycle the early rank is back within milliseconds, not a cycle", "[comm][fusion]") {
+  Options o = fusion_options();
+  o.fusion_cycle = 200ms;
+  std::atomic<long> waited_us{-1};
+  run_ranks(2, [&](Communicator& c, Failures&) {
+    float a = 1, b = 2;
+    c.barrier();
+    if (c.rank() == 0) {
+      Handle ha = c.enqueue_allreduce("a", &a, 1, DataType::f32);
+      ha.wait();
+      c.enqueue_allreduce("b", &b, 1, DataType::f32).wait();
+      return;
+    }
+    Handle hb = c.enqueue_allreduce("b", &b, 1, DataType::f32);  // a partial cycle: a on 0, b on 1
+    std::this_thread::sleep_for(20ms);
+    auto t0 = std::chrono::steady_clock::now();
+    Handle ha = c.enqueue_allreduce("a", &a, 1, DataType::f32);
+    ha.wait();
+    waited_us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
+    hb.wait();
+  }, o);
+  INFO("'a' done " << waited_us << " us after the late rank submitted it (fusion cycle 200 ms)");
+  CHECK(waited_us >= 0);
+  CHECK(waited_us < 60'000);
 }
 
 TEST_CASE("fusion: results do not depend on how tensors were grouped", "[comm][fusion][determinism]") {
