@@ -120,14 +120,18 @@ TEST_CASE("shm stripes: the reference and the unstriped bits, whatever each rank
   };
   // 6 MiB of f32, odd: cut into up to 5 stripes of whole cache lines, the last one short.
   constexpr std::size_t kCount = 1'500'007;
-  auto run = [&](int n, const char* stripes, DataType type, ReduceOp op, bool random) {
+  auto run = [&](int n, const char* stripes, DataType type, ReduceOp op, bool random,
+                 Transport transport = Transport::shm) {
     setenv("SAKER_COMM_SHM_STRIPES", stripes, 1);
+    std::vector<std::string> nodes;  // hierarchical: two nodes, shm inside each
+    if (transport == Transport::hierarchical)
+      for (int r = 0; r < n; ++r) nodes.push_back(r < (n + 1) / 2 ? "a" : "b");
     struct Unset {  // also when a rank fails: later tests must not inherit the stripes
       ~Unset() { unsetenv("SAKER_COMM_SHM_STRIPES"); }
     } unset;
     std::vector<std::vector<char>> results(static_cast<std::size_t>(n));
     run_ranks(n, [&](Communicator& c, Failures& f) {
-      c.set_transport(Transport::shm);
+      c.set_transport(transport);
       std::vector<char> v(kCount * size_of(type));
       std::mt19937 rng(7 + static_cast<unsigned>(c.rank()));
       std::normal_distribution<float> d(0.0f, 1e3f);
@@ -144,7 +148,7 @@ TEST_CASE("shm stripes: the reference and the unstriped bits, whatever each rank
             }
         results[static_cast<std::size_t>(c.rank())] = buf;
       }
-    }, test::quick_options(), {}, pin_rank0);
+    }, test::quick_options(), nodes, pin_rank0);
     for (int r = 1; r < n; ++r) CHECK(results[static_cast<std::size_t>(r)] == results[0]);
     return results[0];
   };
@@ -160,6 +164,14 @@ TEST_CASE("shm stripes: the reference and the unstriped bits, whatever each rank
       auto one = run(n, "1", type, ReduceOp::sum, true);
       CHECK(run(n, "3", type, ReduceOp::sum, true) == one);
       CHECK(run(n, "16", type, ReduceOp::sum, true) == one);
+    }
+  // The hierarchical path reduces and broadcasts inside each node through the same stripes.
+  for (int n : {3, 4})
+    for (DataType type : {DataType::f32, DataType::bf16}) {
+      INFO("hierarchical, n=" << n << " " << name_of(type));
+      run(n, "4", type, ReduceOp::avg, false, Transport::hierarchical);
+      auto one = run(n, "1", type, ReduceOp::sum, true, Transport::hierarchical);
+      CHECK(run(n, "4", type, ReduceOp::sum, true, Transport::hierarchical) == one);
     }
 }
 
