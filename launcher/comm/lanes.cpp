@@ -4,20 +4,26 @@
 
 namespace saker::comm {
 
-Lanes::Lanes(int count) : count_(std::max(1, count)), errors_(static_cast<std::size_t>(count_)) {}
+Lanes::Lanes(int count)
+    : count_(std::max(1, count)), wake_(std::make_unique<Wake[]>(static_cast<std::size_t>(count_))),
+      errors_(static_cast<std::size_t>(count_)) {}
 
 Lanes::~Lanes() {
   stopping_.store(true, std::memory_order_release);
-  generation_.fetch_add(1, std::memory_order_release);
-  generation_.notify_all();
+  for (std::size_t i = 0; i < threads_.size(); ++i) {
+    Wake& w = wake_[i + 1];
+    w.jobs.fetch_add(1, std::memory_order_release);
+    w.jobs.notify_one();
+  }
   for (auto& t : threads_) t.join();
 }
 
 void Lanes::work(int lane) {
+  Wake& w = wake_[static_cast<std::size_t>(lane)];
   std::uint64_t seen = 0;
   for (;;) {
-    generation_.wait(seen, std::memory_order_acquire);
-    seen = generation_.load(std::memory_order_acquire);
+    w.jobs.wait(seen, std::memory_order_acquire);
+    seen = w.jobs.load(std::memory_order_acquire);
     if (stopping_.load(std::memory_order_acquire)) return;
     try {
       (*job_)(lane);
@@ -28,21 +34,25 @@ void Lanes::work(int lane) {
   }
 }
 
-void Lanes::run(const std::function<void(int)>& job) {
-  if (count_ == 1) {
+void Lanes::run(const std::function<void(int)>& job, int lanes) {
+  const int used = lanes <= 0 ? count_ : std::min(lanes, count_);
+  if (used == 1) {
     job(0);
     return;
   }
   // Started here, not in the constructor: a rank that never splits a job keeps no threads.
-  while (static_cast<int>(threads_.size()) < count_ - 1) {
+  while (static_cast<int>(threads_.size()) < used - 1) {
     int lane = static_cast<int>(threads_.size()) + 1;
     threads_.emplace_back([this, lane] { work(lane); });
   }
   std::fill(errors_.begin(), errors_.end(), nullptr);
   job_ = &job;
-  pending_.store(count_ - 1, std::memory_order_relaxed);
-  generation_.fetch_add(1, std::memory_order_release);  // publishes job_ and pending_
-  generation_.notify_all();
+  pending_.store(used - 1, std::memory_order_relaxed);
+  for (int lane = 1; lane < used; ++lane) {
+    Wake& w = wake_[static_cast<std::size_t>(lane)];
+    w.jobs.fetch_add(1, std::memory_order_release);  // publishes job_ and pending_
+    w.jobs.notify_one();
+  }
   try {
     job(0);
   } catch (...) {

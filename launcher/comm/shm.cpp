@@ -66,6 +66,12 @@ void publish(char* slot, const char* src, std::size_t bytes, bool streaming) {
   _mm_sfence();  // the barrier's flag must not become visible before the data
 }
 
+// One of `parts` shares of `count` elements, rounded up to whole cache lines of `align`
+// elements: shares then start on cache lines, so no two ranks or stripes write one line.
+std::size_t share_in_lines(std::size_t count, std::size_t parts, std::size_t align) {
+  return ((count + parts - 1) / parts + align - 1) / align * align;
+}
+
 // Whether a peer's process has ended. A dead process whose parent has not reaped it yet
 // (a launcher busy elsewhere) is a zombie, and kill(pid, 0) still succeeds on it: without
 // the state from /proc, its peers waited out the whole timeout.
@@ -176,15 +182,16 @@ void ShmGroup::allreduce(void* data, std::size_t count, DataType type, ReduceOp 
   // so every rank cuts the same ones.
   std::size_t align = std::max<std::size_t>(1, kLine / es);
   std::size_t used = std::clamp<std::size_t>(count * es / kStripeBytes, 1, lanes_.size());
-  std::size_t stripe = ((count + used - 1) / used + align - 1) / align * align;
-  int threads = threads_->count();
+  std::size_t stripe = share_in_lines(count, used, align);
+  // No more threads than stripes: a 2 MiB allreduce wakes one helper, not three.
+  const std::size_t threads = std::min<std::size_t>(used, static_cast<std::size_t>(threads_->count()));
   threads_->run([&](int t) {
     // Lowest stripe first on every rank and thread (see shm.hpp): no rank waits for ever.
-    for (std::size_t s = static_cast<std::size_t>(t); s < used; s += static_cast<std::size_t>(threads)) {
+    for (std::size_t s = static_cast<std::size_t>(t); s < used; s += threads) {
       std::size_t b = std::min(count, s * stripe), e = std::min(count, b + stripe);
       allreduce_stripe(static_cast<int>(s), out + b * es, e - b, type, op, streaming);
     }
-  });
+  }, static_cast<int>(threads));
   stores_.record(count * es, streaming, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
 }
 
@@ -200,7 +207,7 @@ void ShmGroup::allreduce_stripe(int lane_index, char* data, std::size_t count, D
   for (std::size_t done = 0; done < count; done += piece_elems) {
     std::size_t m = std::min(piece_elems, count - done);
     char* piece = data + done * es;
-    std::size_t part = ((m + static_cast<std::size_t>(n) - 1) / static_cast<std::size_t>(n) + align - 1) / align * align;
+    std::size_t part = share_in_lines(m, static_cast<std::size_t>(n), align);
     auto part_range = [&](int i) {
       std::size_t b = std::min(m, part * static_cast<std::size_t>(i));
       return std::make_pair(b, std::min(m, b + part));

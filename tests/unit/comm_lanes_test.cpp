@@ -54,6 +54,18 @@ TEST_CASE("lanes: an error reaches the caller after every lane stopped, and the 
   }
 }
 
+TEST_CASE("lanes: a job on fewer lanes runs only those, and wakes no other thread", "[comm][lanes]") {
+  Lanes lanes(4);
+  std::array<std::atomic<int>, 4> runs{};
+  for (int used : {2, 4, 1, 3, 0, 9}) {  // 0: all; more than count(): all
+    INFO("lanes " << used);
+    for (auto& r : runs) r = 0;
+    lanes.run([&](int lane) { runs[static_cast<std::size_t>(lane)]++; }, used);
+    int want = used <= 0 || used > 4 ? 4 : used;
+    for (int lane = 0; lane < 4; ++lane) CHECK(runs[static_cast<std::size_t>(lane)] == (lane < want ? 1 : 0));
+  }
+}
+
 TEST_CASE("lanes: one lane (or a nonsense count) runs inline on the caller", "[comm][lanes]") {
   for (int count : {1, 0, -2}) {
     Lanes lanes(count);
