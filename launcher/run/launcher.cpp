@@ -9,6 +9,7 @@
 #include <cstring>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 
 #include "common/error.hpp"
 #include "common/hostlist.hpp"
@@ -19,6 +20,7 @@
 #include "launcher/run/node_probe.hpp"
 #include "launcher/run/process.hpp"
 #include "launcher/run/rank_env.hpp"
+#include "launcher/run/reserved_port.hpp"
 #include "launcher/run/step.hpp"
 #include "launcher/run/supervisor.hpp"
 
@@ -227,7 +229,10 @@ int run_supervised(const RunOptions& o, const std::string& self) {
     Attempt attempt;
     attempt.number = static_cast<int>(attempts.size()) + 1;
     std::filesystem::remove(marker);
-    Env env = rendezvous_env(master_addr, o.master_port != 0 ? o.master_port : pick_free_port());
+    // Held until this attempt ends, so nothing else takes the port before rank 0 listens.
+    std::optional<ReservedPort> master_port;
+    if (o.master_port == 0) master_port.emplace();
+    Env env = rendezvous_env(master_addr, master_port ? master_port->port() : o.master_port);
     env[kAttemptEnv] = std::to_string(attempt.number);
     env[kPreemptMarkerEnv] = marker;
     if (!o.ckpt_dir.empty()) env[kCkptDirEnv] = o.ckpt_dir;

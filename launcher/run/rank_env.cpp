@@ -1,11 +1,7 @@
 #include "launcher/run/rank_env.hpp"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <charconv>
 #include <cstring>
 
@@ -150,24 +146,6 @@ Env rendezvous_env(const std::string& master_addr, int master_port) {
   out["MASTER_ADDR"] = master_addr;
   out["MASTER_PORT"] = std::to_string(master_port);
   return out;
-}
-
-int pick_free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) throw Error(explain("cannot create a socket to find a free port", std::strerror(errno), "check ulimit -n"));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  addr.sin_port = 0;
-  socklen_t len = sizeof addr;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    const std::string why = std::strerror(errno);
-    ::close(fd);
-    throw Error(explain("cannot bind a socket to find a free port", why, "pass --master-port"));
-  }
-  ::close(fd);
-  return ntohs(addr.sin_port);
 }
 
 }  // namespace saker::run

@@ -46,7 +46,4 @@ Env elastic_env(int restart_count, int max_restarts, const std::string& run_id);
 // MASTER_ADDR/MASTER_PORT plus the store address Saker's collective library reads.
 Env rendezvous_env(const std::string& master_addr, int master_port);
 
-// A TCP port that is free on this host right now (bound to port 0, then released).
-int pick_free_port();
-
 }  // namespace saker::run

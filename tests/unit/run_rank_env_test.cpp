@@ -3,6 +3,7 @@
 #include "common/error.hpp"
 #include "launcher/run/node_probe.hpp"
 #include "launcher/run/rank_env.hpp"
+#include "launcher/run/reserved_port.hpp"
 
 using namespace saker::run;
 
@@ -73,12 +74,9 @@ TEST_CASE("local ranks and rendezvous variables") {
   const Env r = rendezvous_env("10.0.0.1", 29500);
   CHECK(r.at("MASTER_ADDR") == "10.0.0.1");
   CHECK(r.at("MASTER_PORT") == "29500");
-  const int port = pick_free_port();
-  CHECK(port > 0);
-  CHECK(port < 65536);
 }
 
 TEST_CASE("a closed TCP port is unreachable, a listening one reachable") {
-  const int port = pick_free_port();  // released again: nothing listens there
-  CHECK_FALSE(saker::run::tcp_reachable("127.0.0.1", port, 500));
+  const saker::run::ReservedPort held;  // bound, never listening, and no one else's
+  CHECK_FALSE(saker::run::tcp_reachable("127.0.0.1", held.port(), 500));
 }

@@ -1,0 +1,29 @@
+// A TCP port held for the ranks' rendezvous (MASTER_PORT) while an attempt runs.
+//
+// Picking a free port and releasing it before rank 0 listens there is a race: on a busy
+// host the kernel hands the same port to another program's bind(0) or connect() in
+// between, and torch's TCPStore then fails with "Address already in use" (seen in CI
+// while other tests opened sockets). The reservation keeps a socket bound to the port,
+// with SO_REUSEADDR and never listening: the kernel then never picks the port for anyone
+// else, and a bind without SO_REUSEADDR fails, while the rank's own listener, which sets
+// SO_REUSEADDR as torch's TCPStore and Saker's store both do, binds and listens there.
+#pragma once
+
+namespace saker::run {
+
+class ReservedPort {
+ public:
+  // Holds a port the kernel chose (port 0) or the given one; throws saker::Error naming
+  // the port, the reason and the fix when it cannot.
+  explicit ReservedPort(int port = 0);
+  ~ReservedPort();
+  ReservedPort(const ReservedPort&) = delete;
+  ReservedPort& operator=(const ReservedPort&) = delete;
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
+
+}  // namespace saker::run
