@@ -19,7 +19,7 @@
 //   2. Slurm without PMI2: SLURM_STEP_NODELIST (or SLURM_JOB_NODELIST), SLURM_JOB_ID,
 //      SLURM_STEP_ID, SLURM_PROCID, SLURM_STEP_NUM_TASKS (or SLURM_NTASKS). The
 //      TCP store runs in the rank with SLURM_PROCID 0's node's first task
-//      (SLURM_NODEID=0, SLURM_LOCALID=0) on port 20000 + (job*64 + step) % 40000,
+//      (SLURM_NODEID=0, SLURM_LOCALID=0) on port 20000 + (job*64 + step) % 12000 (below the ephemeral range),
 //      or SAKER_STORE_PORT when set.
 //   3. Explicit: SAKER_STORE=host:port (else MASTER_ADDR + MASTER_PORT), rank from
 //      SAKER_RANK (else RANK), size from SAKER_WORLD_SIZE (else WORLD_SIZE).

@@ -8,6 +8,7 @@
 #include "common/log.hpp"
 #include "launcher/comm/impl.hpp"
 #include "launcher/comm/net.hpp"
+#include "launcher/comm/slurm_store_port.hpp"
 
 namespace saker::comm {
 namespace {
@@ -101,7 +102,7 @@ std::unique_ptr<Communicator> Communicator::from_environment(const Options& give
     long job = need_number({"SLURM_JOB_ID"}, "Slurm sets it");
     long step = env("SLURM_STEP_ID") ? env_number("SLURM_STEP_ID", env("SLURM_STEP_ID")) : 0;
     int port = env("SAKER_STORE_PORT") ? static_cast<int>(env_number("SAKER_STORE_PORT", env("SAKER_STORE_PORT")))
-                                       : static_cast<int>(20000 + (job * 64 + step) % 40000);
+                                       : slurm_store_port(job, step);
     std::string first = hostlist::expand(nodelist).at(0);
     std::unique_ptr<TcpStoreServer> server;
     const char* node_id = env("SLURM_NODEID");
