@@ -36,12 +36,14 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "bench/allreduce_common.hpp"
 #include "bench/bench_allreduce_bound.hpp"
 #include "bench/bench_allreduce_model.hpp"
+#include "common/reserved_port.hpp"
 #include "saker/comm.hpp"
 
 namespace {
@@ -120,22 +122,6 @@ std::string write_mpi_agent(const Wire& wire) {
   std::fclose(f);
   chmod(path.c_str(), 0755);
   return path;
-}
-
-// A port that is free now on addr: the kernel picks it (a counter in the ephemeral range
-// collided with the many connections these programs open). Another socket may still take
-// it before the store binds it, but far less often.
-int free_port(const std::string& addr) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  inet_pton(AF_INET, addr.c_str(), &sa.sin_addr);
-  socklen_t len = sizeof sa;
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0 && getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0)
-    port = ntohs(sa.sin_port);
-  close(fd);
-  return port;
 }
 
 double median(std::vector<double> v) {
@@ -339,8 +325,11 @@ int main(int argc, char** argv) {
       for (int r = 0; r < rounds; ++r) {
         std::string store = wire.on() ? wire.at(0) : "127.0.0.1";
         // A store inside a namespace: a port below the ephemeral range (nothing else
-        // listens there); here the kernel picks a free one.
-        std::string sport = std::to_string(wire.on() && !wire.ns[0].empty() ? 20000 + port++ % 12000 : free_port(store));
+        // listens there). Here the kernel picks a free one, held until the ranks are done
+        // so that none of the many connections these programs open is given it first.
+        std::optional<saker::ReservedPort> held;
+        if (!wire.on() || wire.ns[0].empty()) held.emplace(0, store);
+        std::string sport = std::to_string(held ? held->port() : 20000 + port++ % 12000);
         auto saker_env = [&](int rank) {
           return "SAKER_STORE=" + store + ":" + sport + " SAKER_COMM_TIMEOUT=120" +
                  (wire.on() ? " SAKER_COMM_ADDR=" + wire.at(rank) : "");

@@ -1,9 +1,9 @@
 #include <catch2/catch.hpp>
 
 #include "common/error.hpp"
+#include "common/reserved_port.hpp"
 #include "launcher/run/node_probe.hpp"
 #include "launcher/run/rank_env.hpp"
-#include "launcher/run/reserved_port.hpp"
 
 using namespace saker::run;
 
@@ -77,6 +77,6 @@ TEST_CASE("local ranks and rendezvous variables") {
 }
 
 TEST_CASE("a closed TCP port is unreachable, a listening one reachable") {
-  const saker::run::ReservedPort held;  // bound, never listening, and no one else's
+  const saker::ReservedPort held;  // bound, never listening, and no one else's
   CHECK_FALSE(saker::run::tcp_reachable("127.0.0.1", held.port(), 500));
 }

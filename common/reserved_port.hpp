@@ -1,4 +1,5 @@
-// A TCP port held for the ranks' rendezvous (MASTER_PORT) while an attempt runs.
+// A TCP port held for a rendezvous (saker-run's MASTER_PORT, a benchmark's store) until
+// the program that will listen there has started.
 //
 // Picking a free port and releasing it before rank 0 listens there is a race: on a busy
 // host the kernel hands the same port to another program's bind(0) or connect() in
@@ -9,13 +10,15 @@
 // SO_REUSEADDR as torch's TCPStore and Saker's store both do, binds and listens there.
 #pragma once
 
-namespace saker::run {
+#include <string>
+
+namespace saker {
 
 class ReservedPort {
  public:
-  // Holds a port the kernel chose (port 0) or the given one; throws saker::Error naming
-  // the port, the reason and the fix when it cannot.
-  explicit ReservedPort(int port = 0);
+  // Holds a port the kernel chose (port 0) or the given one, on every address or on the
+  // IPv4 address given; throws saker::Error naming the port, the reason and the fix.
+  explicit ReservedPort(int port = 0, const std::string& address = "");
   ~ReservedPort();
   ReservedPort(const ReservedPort&) = delete;
   ReservedPort& operator=(const ReservedPort&) = delete;
@@ -26,4 +29,4 @@ class ReservedPort {
   int port_ = 0;
 };
 
-}  // namespace saker::run
+}  // namespace saker
