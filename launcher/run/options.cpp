@@ -57,7 +57,8 @@ RunOptions parse_run_options(int argc, const char* const* argv, std::string* hel
        "saker-train every step) may stay unchanged before the rank counts as hung: the attempt is "
        "stopped like --timeout and counted as failed (0: off; ranks that never touch it are not watched)")
       ("master-port", po::value<int>(&o.master_port)->default_value(0),
-       "MASTER_PORT for the ranks (default: a free port, new for each attempt)")
+       "MASTER_PORT for the ranks (default: a free port, new for each attempt, held by saker-run until the "
+       "attempt ends so that no other program is given it; rank 0 binds it with SO_REUSEADDR)")
       ("srun-arg", po::value<std::vector<std::string>>(&o.srun_args)->composing(),
        "extra argument for srun (repeatable), e.g. --srun-arg=--cpu-bind=cores")
       ("no-requeue", po::bool_switch(&no_requeue), "on preemption stop instead of running scontrol requeue")
