@@ -54,11 +54,17 @@ enum class ReduceOp { sum, min, max, avg };
 // automatic: shm when every rank shares one node, ring when every rank is on its own
 // node, hierarchical (shm in the node + ring among node leaders) otherwise.
 enum class Transport { automatic, ring, shm, hierarchical };
+// What protects the bytes between ranks (saker-comm(3), TRUST MODEL). Every
+// connection proves the job's key both ways before any other byte is believed;
+// encrypt also seals every byte between nodes with AES-256-GCM. off is for
+// benchmarks only: it drops the proof, and anyone who can reach a port can join.
+enum class Transit { auth, encrypt, off };
 
 std::size_t size_of(DataType t);
 const char* name_of(DataType t);
 const char* name_of(ReduceOp op);
 const char* name_of(Transport t);
+const char* name_of(Transit t);
 
 struct Options {
   // Longest any single wait (store, peer, handle) may take before failing.
@@ -78,6 +84,8 @@ struct Options {
   std::chrono::milliseconds stall_warning{std::chrono::seconds(60)};
   std::chrono::milliseconds stall_abort{std::chrono::seconds(0)};
   std::string timeline_path;  // Chrome trace; empty: off
+  // SAKER_COMM_TRANSIT=auth|encrypt|off (saker-run --transit).
+  Transit transit = Transit::auth;
   // Overrides applied by from_environment() after reading SAKER_* tuning variables:
   // leave false to let the environment win over the values above.
   bool ignore_environment = false;

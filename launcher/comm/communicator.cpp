@@ -34,6 +34,10 @@ const char* name_of(Transport t) {
   static const char* names[] = {"auto", "ring", "shm", "hierarchical"};
   return names[static_cast<int>(t)];
 }
+const char* name_of(Transit t) {
+  static const char* names[] = {"auth", "encrypt", "off"};
+  return names[static_cast<int>(t)];
+}
 
 // ---- Handle ----
 void Handle::wait() {

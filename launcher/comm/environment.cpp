@@ -74,6 +74,14 @@ Options options_from_environment(Options o) {
     else throw Error(explain("SAKER_COMM_TRANSPORT='" + t + "' is unknown", "known: auto, ring, shm, hierarchical",
                              "pick one of those"));
   }
+  if (const char* v = env("SAKER_COMM_TRANSIT")) {
+    std::string t = v;
+    if (t == "auth") o.transit = Transit::auth;
+    else if (t == "encrypt") o.transit = Transit::encrypt;
+    else if (t == "off") o.transit = Transit::off;
+    else throw Error(explain("SAKER_COMM_TRANSIT='" + t + "' is unknown", "known: auth (the default), encrypt, off (benchmarks only)",
+                             "pick one of those, or leave it unset for auth"));
+  }
   if (const char* v = env("SAKER_COMM_CHUNK_BYTES")) o.chunk_bytes = static_cast<std::size_t>(env_number("SAKER_COMM_CHUNK_BYTES", v));
   if (const char* v = env("SAKER_FUSION_BYTES")) o.fusion_bytes = static_cast<std::size_t>(env_number("SAKER_FUSION_BYTES", v));
   if (const char* v = env("SAKER_FUSION_CYCLE_MS")) o.fusion_cycle = std::chrono::milliseconds(env_number("SAKER_FUSION_CYCLE_MS", v));
