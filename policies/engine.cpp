@@ -214,18 +214,31 @@ Verdict Policy::check_checkpoint_destination(const std::string& path, const std:
   return v.finish();
 }
 
-bool Policy::encryption_required(const std::vector<DatasetRef>& lineage) const {
-  const Impl& p = *impl_;
-  for (const auto& ref : lineage) {
+namespace {
+
+// Whether any dataset of `datasets` has a classification for which `demands` holds. An
+// unknown dataset could be anything: it demands it unless the site allows unknown data.
+template <class Demands>
+bool any_classification(const Policy::Impl& p, const std::vector<DatasetRef>& datasets, Demands demands) {
+  for (const auto& ref : datasets) {
     const int i = p.find_dataset(ref.name);
-    // An unknown dataset could be anything: encrypt unless the site allows unknown data.
     if (i < 0) {
       if (p.unknown != UnknownDatasets::allow) return true;
       continue;
     }
-    if (p.classifications[p.datasets[i].classification].encrypt_checkpoints) return true;
+    if (demands(p.classifications[p.datasets[i].classification])) return true;
   }
   return false;
+}
+
+}  // namespace
+
+bool Policy::encryption_required(const std::vector<DatasetRef>& lineage) const {
+  return any_classification(*impl_, lineage, [](const Classification& c) { return c.encrypt_checkpoints; });
+}
+
+bool Policy::transit_encryption_required(const std::vector<DatasetRef>& datasets) const {
+  return any_classification(*impl_, datasets, [](const Classification& c) { return c.encrypt_transit; });
 }
 
 }  // namespace saker::policy

@@ -64,6 +64,15 @@ class Reader : public yaml::Reader {
     return static_cast<std::uint32_t>(std::stoul(s));
   }
 
+  // A classification's transit: true when its jobs' traffic must be encrypted. off is no
+  // choice here: a policy can only ask for more than the default (auth).
+  bool transit_encrypt(const Node& n) const {
+    const std::string& s = scalar(n, "transit");
+    if (s == "encrypt") return true;
+    if (s == "auth") return false;
+    fail(n, "bad transit '" + s + "'", "auth (the default: every connection authenticated) or encrypt (also AES-256-GCM between nodes)");
+  }
+
   Mode mode(const Node& n, const std::string& what) const {
     const std::string& s = scalar(n, what);
     if (s == "enforce") return Mode::enforce;
@@ -204,12 +213,13 @@ struct Compiler {
       p.classifications = {{"public", false, false}, {"internal", false, false}, {"restricted", true, true}};
     } else {
       for (const Node* item : r.list(*n, "classifications")) {
-        auto f = r.fields(*item, "a classification", {"name", "requires_grant", "encrypt_checkpoints"}, {"name"});
+        auto f = r.fields(*item, "a classification", {"name", "requires_grant", "encrypt_checkpoints", "transit"}, {"name"});
         Classification c;
         c.name = r.name(*f["name"], "classification name");
         if (f.count("requires_grant") != 0) c.requires_grant = r.boolean(*f["requires_grant"], "requires_grant");
         if (f.count("encrypt_checkpoints") != 0)
           c.encrypt_checkpoints = r.boolean(*f["encrypt_checkpoints"], "encrypt_checkpoints");
+        if (f.count("transit") != 0) c.encrypt_transit = r.transit_encrypt(*f["transit"]);
         for (const auto& seen : p.classifications)
           if (seen.name == c.name) r.fail(*f["name"], "duplicate classification '" + c.name + "'", "each once");
         p.classifications.push_back(std::move(c));
@@ -359,7 +369,7 @@ std::string canonical(const Policy::Impl& p) {
     w.begin_array().value(s.name).value(s.zone).strings(s.mounts).strings(s.nodes).strings(s.features).end_array();
   w.end_array().key("classes").begin_array();
   for (const auto& c : p.classifications)
-    w.begin_array().value(c.name).value(c.requires_grant).value(c.encrypt_checkpoints).end_array();
+    w.begin_array().value(c.name).value(c.requires_grant).value(c.encrypt_checkpoints).value(c.encrypt_transit).end_array();
   w.end_array().key("datasets").begin_array();
   for (const auto& d : p.datasets) {
     w.begin_array().value(d.name).strings(d.versions).value(d.classification).value(d.restricted_zones).begin_array();

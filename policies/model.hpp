@@ -40,6 +40,8 @@ struct Classification {
   std::string name;
   bool requires_grant = false;
   bool encrypt_checkpoints = false;
+  // transit: encrypt: the job's traffic between nodes must be sealed (saker-comm(3)).
+  bool encrypt_transit = false;
 };
 
 struct Dataset {

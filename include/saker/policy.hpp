@@ -165,6 +165,10 @@ class Policy {
   // True when any dataset of the lineage has a classification for which the policy
   // requires encrypted checkpoints.
   bool encryption_required(const std::vector<DatasetRef>& lineage) const;
+  // True when any of the job's datasets has a classification with transit: encrypt: its
+  // ranks' traffic between nodes must be AES-256-GCM sealed (spank_saker(8) sets
+  // SAKER_COMM_TRANSIT_REQUIRED=encrypt in the tasks' environment).
+  bool transit_encryption_required(const std::vector<DatasetRef>& datasets) const;
 
   struct Impl;
   explicit Policy(std::unique_ptr<Impl> impl);

@@ -325,6 +325,30 @@ TEST_CASE("encryption is required for chosen classifications", "[policy][checkpo
   CHECK(p->encryption_required(parse_dataset_list("genomes")));  // unknown: fail closed
 }
 
+TEST_CASE("a classification's transit: encrypt demands sealed traffic for its jobs", "[policy][transit]") {
+  // The default classifications ask no more than auth, even for restricted data.
+  const auto plain = with("grants:", "grants:");
+  CHECK_FALSE(plain->transit_encryption_required(parse_dataset_list("patients@v3")));
+  const auto classes = [](const std::string& restricted_transit) {
+    return with("datasets:", "classifications:\n  - {name: public}\n  - {name: restricted, requires_grant: true" +
+                                 restricted_transit + R"(}
+  - {name: internal, transit: auth}
+datasets:
+  - {name: telemetry, classification: internal}
+  - {name: open, classification: public})");
+  };
+  const auto p = classes(", transit: encrypt");
+  CHECK(p->transit_encryption_required(parse_dataset_list("patients@v3")));
+  CHECK(p->transit_encryption_required(parse_dataset_list("open,patients")));
+  CHECK_FALSE(p->transit_encryption_required(parse_dataset_list("open,telemetry")));
+  CHECK_FALSE(p->transit_encryption_required({}));
+  // An unknown dataset could be restricted: fail closed, unless the site allows unknown data.
+  CHECK(p->transit_encryption_required(parse_dataset_list("genomes")));
+  // The revision covers the key: a site that drops it gets a new policy revision.
+  CHECK(p->revision() != classes("")->revision());
+  CHECK_FALSE(classes("")->transit_encryption_required(parse_dataset_list("patients@v3")));
+}
+
 TEST_CASE("placement-only re-checks (job_modify) skip access but keep residency", "[policy][engine]") {
   const auto p = site();
   auto q = job("patients@v3", "cpu-ae", "");

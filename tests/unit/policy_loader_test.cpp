@@ -129,6 +129,9 @@ TEST_CASE("storage, dataset and classification errors", "[policy][loader]") {
                "duplicate 'v1'");
   expect_error(storage + "datasets:\n  - name: d\n", 16, 5, "a dataset has no 'classification'");
   expect_error(kHead + "classifications:\n  - name: a\n  - name: a\n", 13, 11, "duplicate classification 'a'");
+  // transit can ask for more than the default, never for less (off is a benchmark switch).
+  expect_error(kHead + "classifications:\n  - {name: a, transit: off}\n", 12, 24, "bad transit 'off'");
+  expect_error(kHead + "classifications:\n  - {name: a, transit: tls}\n", 12, 24, "auth (the default");
 }
 
 TEST_CASE("grant, rule and GPU errors", "[policy][loader]") {
