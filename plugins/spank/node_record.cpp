@@ -36,7 +36,8 @@ std::string format_node_record(const NodeRecord& r) {
          "problem=" + one_line(r.problem) + "\n" +
          "verdict=" + one_line(r.verdict) + "\n" +
          "verdict_message=" + one_line(r.verdict_message) + "\n" +
-         "policy_id=" + one_line(r.policy_id) + "\n";
+         "policy_id=" + one_line(r.policy_id) + "\n" +
+         "transit=" + one_line(r.transit) + "\n";
 }
 
 // Plain string splitting, not std::istringstream: every task start reads a record, and
@@ -70,9 +71,14 @@ NodeRecord parse_node_record(const std::string& text) {
     else if (key == "verdict") r.verdict = value;
     else if (key == "verdict_message") r.verdict_message = value;
     else if (key == "policy_id") r.policy_id = value;
+    else if (key == "transit") r.transit = value;
     else throw Error("node record: unknown key '" + std::string(key) + "'");
   }
-  if (seen != 9) throw Error("node record: " + std::to_string(seen) + " fields, expected 9 (a truncated file?)");
+  // A record of the previous format (9 fields, no transit) was written by the prolog of a
+  // job that started before an upgrade: its cached verdict says nothing of transit, so
+  // drop it and let the step check the policy itself.
+  if (seen == 9 && r.transit.empty()) r.verdict.clear(), r.verdict_message.clear(), r.policy_id.clear();
+  else if (seen != 10) throw Error("node record: " + std::to_string(seen) + " fields, expected 10 (a truncated file?)");
   return r;
 }
 

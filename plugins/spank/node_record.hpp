@@ -32,6 +32,9 @@ struct NodeRecord {
   std::string verdict;          // "" (not checked), "allow" or "deny"
   std::string verdict_message;  // the refusal or the audit-mode note
   std::string policy_id;
+  // "encrypt" when the verdict's datasets demand encrypted transit (a classification's
+  // transit: encrypt), else "".
+  std::string transit;
 };
 
 // The identity of a policy file for the cache above ("" when it cannot be stat()ed).

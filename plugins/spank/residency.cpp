@@ -8,7 +8,7 @@ ResidencyVerdict check_residency(const policy::Policy& p, const std::string& nod
                                  const std::vector<policy::DatasetRef>& datasets, const LaunchIdentity& who) {
   if (datasets.empty()) return {};
   const policy::Verdict v = p.check_launch_access(node_name, datasets, who);
-  return {!v.allowed, v.message};
+  return {!v.allowed, v.message, p.transit_encryption_required(datasets)};
 }
 
 ResidencyVerdict check_residency(const std::string& policy_path, const std::string& node_name,

@@ -19,6 +19,7 @@ namespace saker::spank {
 struct ResidencyVerdict {
   bool refuse = false;
   std::string message;  // the refusal, or an audit-mode "would deny" note, or ""
+  bool encrypt_transit = false;  // a dataset's classification has transit: encrypt
 };
 
 // Who runs the step, from the job's node record (node_record.hpp), never the task env.

@@ -82,6 +82,7 @@ int residency_record_job(const Config& config) {
       const ResidencyVerdict v = check_residency(config.policy_path, node, r.datasets, who);
       r.verdict = v.refuse ? "deny" : "allow";
       r.verdict_message = v.message;
+      r.transit = v.encrypt_transit ? "encrypt" : "";
     }
     write_node_record(node_record_path(config.state_dir, node, job_id), r);
   } catch (const std::exception& e) {
@@ -149,7 +150,7 @@ void residency_prepare(spank_t sp, const Config& config, const std::vector<polic
   if (f.all.empty()) return;
   if (f.step_datasets.empty() && !f.record->verdict.empty() && !f.record->policy_id.empty() &&
       f.record->policy_id == policy_file_id(config.policy_path)) {
-    g_verdict = {f.record->verdict == "deny", f.record->verdict_message};
+    g_verdict = {f.record->verdict == "deny", f.record->verdict_message, f.record->transit == "encrypt"};
   } else {
     const LaunchIdentity who{f.record->uid, f.record->user, plugins::identity_of(f.record->uid).groups,
                              f.record->account};
@@ -161,7 +162,21 @@ void residency_prepare(spank_t sp, const Config& config, const std::vector<polic
     saker::log::info("residency: " + policy::format_dataset_list(f.all) + " on " + f.node + ": " + g_verdict.message);
 }
 
-int residency_enforce(spank_t /*sp*/) {
+// The policy's transit requirement, in the task's environment: libsaker_comm refuses a
+// weaker mode than SAKER_COMM_TRANSIT_REQUIRED, and SAKER_COMM_TRANSIT becomes encrypt
+// unless the task chose a mode itself (then a weaker choice fails loudly, never silently).
+int require_transit(spank_t sp) {
+  if (!g_verdict.encrypt_transit || g_verdict.refuse) return 0;
+  if (spank_setenv(sp, "SAKER_COMM_TRANSIT_REQUIRED", "encrypt", 1) != ESPANK_SUCCESS) {
+    saker::log::error("residency: cannot set SAKER_COMM_TRANSIT_REQUIRED in the task's environment; task refused");
+    return -1;
+  }
+  spank_setenv(sp, "SAKER_COMM_TRANSIT", "encrypt", 0);
+  return 0;
+}
+
+int residency_enforce(spank_t sp) {
+  if (require_transit(sp) != 0) return -1;
   if (g_verdict.message.empty()) return 0;
   // The task's stderr is the user's output at this point: say it where they look.
   std::fprintf(stderr, "saker: %s%s\n", g_verdict.message.c_str(),

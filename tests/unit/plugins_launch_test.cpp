@@ -139,3 +139,37 @@ TEST_CASE("a node record keeps the prolog's verdict and the policy's identity", 
   CHECK(back.verdict_message == "no grant");
   CHECK(back.policy_id == r.policy_id);
 }
+
+TEST_CASE("a node record carries the transit requirement; an old record's verdict is rechecked", "[spank][node_record]") {
+  NodeRecord r;
+  r.verdict = "allow";
+  r.policy_id = "1:2:3";
+  r.transit = "encrypt";
+  const std::string text = format_node_record(r);
+  CHECK(parse_node_record(text).transit == "encrypt");
+  // The previous format had no transit line: its cached verdict cannot say whether the
+  // policy demands encryption, so the step must check the policy again.
+  const std::string old = text.substr(0, text.find("transit="));
+  const NodeRecord back = parse_node_record(old);
+  CHECK(back.transit.empty());
+  CHECK(back.verdict.empty());
+  CHECK(back.policy_id.empty());
+  CHECK_THROWS(parse_node_record(old.substr(0, old.rfind("policy_id="))));  // truncated further
+}
+
+TEST_CASE("launch: a classification's transit: encrypt reaches the verdict", "[spank][residency][transit]") {
+  const auto p = saker::policy::Policy::load_string(R"(version: 1
+zones: [{name: ae, country: AE}]
+partitions: [{name: gpu-ae, zone: ae, nodes: "saker[1-2]", default: true}]
+classifications: [{name: public}, {name: restricted, transit: encrypt}]
+datasets:
+  - {name: patients, classification: restricted, countries: [AE]}
+  - {name: imagenet, classification: public}
+)");
+  CHECK(check_residency(*p, "saker1", {{"patients", "v3"}}, who("medical")).encrypt_transit);
+  CHECK(check_residency(*p, "saker1", {{"imagenet", ""}, {"patients", ""}}, who("medical")).encrypt_transit);
+  CHECK_FALSE(check_residency(*p, "saker1", {{"imagenet", ""}}, who("medical")).encrypt_transit);
+  CHECK_FALSE(check_residency(*p, "saker1", {}, who("medical")).encrypt_transit);
+  // The sample site policy asks no more than the default.
+  CHECK_FALSE(check_residency(site(), "saker1", {{"patients", "v3"}}, who("medical")).encrypt_transit);
+}
