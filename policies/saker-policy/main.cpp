@@ -102,6 +102,9 @@ int explain(const std::vector<std::string>& args) {
   if (!d.added_features.empty()) std::cout << "features: " << d.features_after(q.features) << "\n";
   for (const auto& r : d.reasons) std::cout << "reason: " << r << "\n";
   for (const auto& w : d.would_deny) std::cout << "audit: " << w << "\n";
+  if (!q.datasets.empty() && d.kind != DecisionKind::deny)
+    std::cout << "transit: " << (p->transit_encryption_required(q.datasets) ? "encrypt (required by the datasets' classification)" : "auth")
+              << "\n";
   std::cout << "policy revision: " << p->revision() << "\n";
   int rc = d.kind == DecisionKind::deny ? kDenied : kOk;
   if (!node.empty()) {
