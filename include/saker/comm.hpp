@@ -86,6 +86,11 @@ struct Options {
   std::string timeline_path;  // Chrome trace; empty: off
   // SAKER_COMM_TRANSIT=auth|encrypt|off (saker-run --transit).
   Transit transit = Transit::auth;
+  // The job key, 32 raw bytes, that every connection proves (saker-comm(3),
+  // AUTHENTICATION). Empty: from_environment reads SAKER_JOB_KEY or SAKER_JOB_KEY_FILE
+  // (or shares one over PMI2); create() refuses to join more than one rank without it
+  // unless transit is off. Never logged.
+  std::string job_key;
   // Overrides applied by from_environment() after reading SAKER_* tuning variables:
   // leave false to let the environment win over the values above.
   bool ignore_environment = false;
@@ -105,16 +110,19 @@ class Store {
 
 // In-process store for ranks that are threads (unit tests).
 std::shared_ptr<Store> make_memory_store();
-// Client of a TCP store served by TcpStoreServer (retries connecting until timeout).
-std::shared_ptr<Store> make_tcp_store(const std::string& host, int port,
-                                      std::chrono::milliseconds timeout);
+// Client of a TCP store served by TcpStoreServer (retries connecting until
+// options.timeout). Client and server prove options.job_key to each other before any
+// request (no handshake under Transit::off); a server that fails is named, never used.
+std::shared_ptr<Store> make_tcp_store(const std::string& host, int port, const Options& options);
 // Slurm's PMI2 KVS (only under srun --mpi=pmi2; throws otherwise).
 std::shared_ptr<Store> make_pmi2_store(int* rank, int* size);
 
-// Serves the TCP store protocol on a background thread until destroyed.
+// Serves the TCP store protocol on a background thread until destroyed. Clients
+// that fail the job-key handshake (options.job_key, options.transit) are dropped and
+// logged; the others never notice.
 class TcpStoreServer {
  public:
-  explicit TcpStoreServer(int port, const std::string& bind_address = "0.0.0.0");
+  TcpStoreServer(int port, const Options& options, const std::string& bind_address = "0.0.0.0");
   ~TcpStoreServer();
   TcpStoreServer(const TcpStoreServer&) = delete;
   TcpStoreServer& operator=(const TcpStoreServer&) = delete;

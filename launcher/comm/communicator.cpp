@@ -7,6 +7,7 @@
 
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "launcher/comm/auth.hpp"
 #include "launcher/comm/fusion.hpp"
 #include "launcher/comm/impl.hpp"
 #include "launcher/comm/nccl.hpp"
@@ -122,8 +123,15 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
   if (where.size < 1 || where.rank < 0 || where.rank >= where.size)
     throw Error(explain("invalid placement: rank " + std::to_string(where.rank) + " of " + std::to_string(where.size),
                         "the rank must lie in [0, size)", "check SAKER_RANK/SAKER_WORLD_SIZE or the launcher"));
+  // Every connection of the mesh proves the job key (auth.hpp); a lone rank has no
+  // peers, so a key nobody else holds turns every stranger away.
+  Options keyed = options;
+  if (keyed.transit != Transit::off && keyed.job_key.empty() && where.size == 1)
+    keyed.job_key = auth::JobKey::generate().raw();
+  std::optional<auth::Context> mesh_auth = auth::context_for(keyed, auth::job_scope());  // before any traffic
   auto impl = std::make_unique<Impl>();
   impl->options = options;
+  impl->options.job_key.clear();  // the key stays in the mesh's context, out of options()
   impl->where = where;
   impl->store = store;
   int port = 0;
@@ -151,7 +159,8 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
   impl->topo = Topology::from_peers(peers);
   const auto& local = impl->topo.members[static_cast<std::size_t>(impl->topo.node_of[static_cast<std::size_t>(where.rank)])];
   impl->local_rank = static_cast<int>(std::find(local.begin(), local.end(), where.rank) - local.begin());
-  impl->mesh = std::make_unique<Mesh>(where.rank, std::move(peers), std::move(listener), options.timeout);
+  impl->mesh = std::make_unique<Mesh>(where.rank, std::move(peers), std::move(listener), options.timeout,
+                                      std::move(mesh_auth));
   impl->timeline = std::make_unique<Timeline>(options.timeline_path, where.rank);
   impl->transport = Core::resolve(options.transport, impl->topo);
   impl->counters = std::make_unique<telemetry::CommCountersPublisher>(where.rank, where.size);

@@ -6,6 +6,7 @@
 #include "common/error.hpp"
 #include "common/hostlist.hpp"
 #include "common/log.hpp"
+#include "launcher/comm/auth.hpp"
 #include "launcher/comm/impl.hpp"
 #include "launcher/comm/net.hpp"
 #include "launcher/comm/slurm_store_port.hpp"
@@ -61,6 +62,15 @@ std::pair<std::string, int> split_host_port(const std::string& s, const char* va
   return {s.substr(0, colon), static_cast<int>(env_number(var, s.c_str() + colon + 1))};
 }
 
+// Rank 0 makes the key and publishes it in Slurm's PMI2 KVS, which only the step's own
+// tasks reach (never the TCP store, which anyone who finds its port can read).
+std::string key_over_pmi2(Store& pmi2, int rank, std::chrono::milliseconds timeout) {
+  const std::string name = "saker-job-key";
+  if (rank == 0) pmi2.set(name, auth::JobKey::generate().hex());
+  pmi2.sync(timeout);
+  return auth::JobKey::parse_hex(pmi2.get(name, timeout), "the job key in the PMI2 KVS").raw();
+}
+
 }  // namespace
 
 Options options_from_environment(Options o) {
@@ -88,6 +98,8 @@ Options options_from_environment(Options o) {
   if (const char* v = env("SAKER_STALL_WARNING_S")) o.stall_warning = std::chrono::seconds(env_number("SAKER_STALL_WARNING_S", v));
   if (const char* v = env("SAKER_STALL_ABORT_S")) o.stall_abort = std::chrono::seconds(env_number("SAKER_STALL_ABORT_S", v));
   if (const char* v = env("SAKER_TIMELINE")) o.timeline_path = v;
+  if (o.job_key.empty() && o.transit != Transit::off)
+    if (auto key = auth::key_from_environment()) o.job_key = key->raw();
   return o;
 }
 
@@ -100,6 +112,8 @@ std::unique_ptr<Communicator> Communicator::from_environment(const Options& give
   if (env("PMI_FD")) {
     auto store = make_pmi2_store(&where.rank, &where.size);
     log::debug("comm: rendezvous through PMI2");
+    if (options.job_key.empty() && options.transit != Transit::off && where.size > 1)
+      options.job_key = key_over_pmi2(*store, where.rank, options.timeout);
     return create(store, where, options);
   }
   // 2. Slurm step without PMI2: TCP store on the step's first node.
@@ -116,12 +130,12 @@ std::unique_ptr<Communicator> Communicator::from_environment(const Options& give
     const char* node_id = env("SLURM_NODEID");
     const char* local_id = env("SLURM_LOCALID");
     bool serves = node_id && local_id ? (std::strcmp(node_id, "0") == 0 && std::strcmp(local_id, "0") == 0) : where.rank == 0;
-    if (serves) server = std::make_unique<TcpStoreServer>(port);
+    if (serves) server = std::make_unique<TcpStoreServer>(port, options);
     // Multiple-slurmd "nodes" share one machine; their names resolve only through
     // slurm.conf, so SAKER_STORE_HOST may name the address explicitly.
     std::string host = env("SAKER_STORE_HOST") ? env("SAKER_STORE_HOST") : first;
     log::debug("comm: rendezvous through the TCP store at " + host + ":" + std::to_string(port));
-    auto c = create(make_tcp_store(host, port, options.timeout), where, options);
+    auto c = create(make_tcp_store(host, port, options), where, options);
     c->impl_->store_server = std::move(server);
     return c;
   }
@@ -139,8 +153,8 @@ std::unique_ptr<Communicator> Communicator::from_environment(const Options& give
   where.size = static_cast<int>(need_number({"SAKER_WORLD_SIZE", "WORLD_SIZE"}, "the explicit store needs the world size"));
   std::unique_ptr<TcpStoreServer> server;
   const char* external = env("SAKER_STORE_EXTERNAL");
-  if (where.rank == 0 && !(external && std::strcmp(external, "1") == 0)) server = std::make_unique<TcpStoreServer>(port);
-  auto c = create(make_tcp_store(host, port, options.timeout), where, options);
+  if (where.rank == 0 && !(external && std::strcmp(external, "1") == 0)) server = std::make_unique<TcpStoreServer>(port, options);
+  auto c = create(make_tcp_store(host, port, options), where, options);
   c->impl_->store_server = std::move(server);
   return c;
 }

@@ -15,19 +15,16 @@
 namespace saker::comm {
 namespace {
 
-constexpr std::uint32_t kMagic = 0x53414b52;  // "SAKR"
-enum : std::uint32_t { kLink = 1, kAbort = 2, kPing = 3 };
+bool mesh_kind(auth::Kind k) { return k == auth::Kind::link || k == auth::Kind::abort || k == auth::Kind::ping; }
 
-struct Hello {
-  std::uint32_t magic, kind;
-  std::int32_t from, channel;
-  std::uint32_t text_len;
-};
+// Handshakes in flight at once; more strangers than this wait in the kernel's backlog.
+constexpr std::size_t kMaxHandshakes = 64;
 
 }  // namespace
 
-Mesh::Mesh(int rank, std::vector<PeerInfo> peers, net::Fd listener, std::chrono::milliseconds timeout)
-    : rank_(rank), peers_(std::move(peers)), listener_(std::move(listener)), timeout_(timeout) {
+Mesh::Mesh(int rank, std::vector<PeerInfo> peers, net::Fd listener, std::chrono::milliseconds timeout,
+           std::optional<auth::Context> auth)
+    : rank_(rank), peers_(std::move(peers)), listener_(std::move(listener)), timeout_(timeout), auth_(std::move(auth)) {
   if (pipe2(wake_, O_CLOEXEC) != 0) throw Error("saker: cannot create a pipe for the link listener");
   abort_event_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   listener_thread_ = std::thread([this] { listen_loop(); });
@@ -37,6 +34,7 @@ Mesh::~Mesh() {
   char c = 1;
   if (write(wake_[1], &c, 1) < 0) {}
   listener_thread_.join();
+  reap_handlers(true);
   close(wake_[0]);
   close(wake_[1]);
   close(abort_event_);
@@ -46,41 +44,119 @@ std::string Mesh::who(int r) const {
   return "rank " + std::to_string(r) + " (host " + peers_[static_cast<std::size_t>(r)].host + ")";
 }
 
+// Joins finished handlers; all: first ends the running ones (their sockets shut down).
+void Mesh::reap_handlers(bool all) {
+  std::vector<std::unique_ptr<Handler>> done;
+  {
+    std::lock_guard lock(handlers_mu_);
+    for (auto& h : handlers_)
+      if (all && h->fd >= 0) shutdown(h->fd, SHUT_RDWR);
+    auto mid = std::stable_partition(handlers_.begin(), handlers_.end(), [&](const auto& h) { return !all && h->fd >= 0; });
+    for (auto it = mid; it != handlers_.end(); ++it) done.push_back(std::move(*it));
+    handlers_.erase(mid, handlers_.end());
+  }
+  for (auto& h : done) h->thread.join();
+}
+
 void Mesh::listen_loop() {
   while (true) {
     pollfd fds[2] = {{wake_[0], POLLIN, 0}, {listener_.get(), POLLIN, 0}};
     if (poll(fds, 2, 1000) <= 0) continue;
     if (fds[0].revents) return;
+    reap_handlers(false);
+    {
+      std::lock_guard lock(handlers_mu_);
+      if (handlers_.size() >= kMaxHandshakes) {  // leave it in the backlog until one ends
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        continue;
+      }
+    }
     net::Fd fd(accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
     if (!fd) continue;
-    Hello h{};
-    std::string text;
-    try {
-      auto d = net::deadline_in(std::chrono::seconds(5));
-      net::recv_all(fd.get(), &h, sizeof h, d, "a connecting peer");
-      if (h.magic != kMagic || h.from < 0 || h.from >= size() || h.text_len > 65536) continue;
-      text.resize(h.text_len);
-      net::recv_all(fd.get(), text.data(), text.size(), d, "a connecting peer");
-    } catch (const Error&) {
-      continue;  // a half-open probe; the real peer will retry or time out
-    }
-    if (h.kind == kPing) {  // liveness probe from a rank deciding whom to blame
-      const char pong = 1;
-      if (::send(fd.get(), &pong, 1, MSG_NOSIGNAL) < 0) {}
-      continue;
-    }
-    std::lock_guard lock(mu_);
-    if (h.kind == kLink) {
-      net::tune_stream(fd.get());
-      links_[{h.from, h.channel}] = std::move(fd);
-    } else if (h.kind == kAbort && !aborted_) {
-      abort_reason_ = text;
-      aborted_.store(true, std::memory_order_release);
-      std::uint64_t one = 1;
-      if (write(abort_event_, &one, sizeof one) < 0) {}
-    }
-    cv_.notify_all();
+    auto h = std::make_unique<Handler>();
+    Handler* raw = h.get();
+    raw->fd = fd.get();
+    std::lock_guard lock(handlers_mu_);
+    raw->thread = std::thread([this, raw, f = fd.release()] {
+      net::Fd owned(f);
+      serve_incoming(owned);
+      std::lock_guard l(handlers_mu_);
+      raw->fd = -1;  // before owned closes: the destructor never shuts down a reused number
+    });
+    handlers_.push_back(std::move(h));
   }
+}
+
+// The handshake, then what the peer came for. A connection that fails is dropped and
+// logged (rate-limited, with its address); nothing it sent reaches the job.
+void Mesh::serve_incoming(net::Fd& fd) {
+  const std::string address = auth::peer_address(fd.get());
+  const std::string what = "a connecting peer at " + address;
+  auth::Claim claim;
+  auth::LinkKeys keys{};
+  std::string text;
+  try {
+    auto d = net::deadline_in(std::min(timeout_, kHandshakeLimit));
+    if (auth_) {
+      auto a = auth::accept_handshake(fd.get(), *auth_, rank_, size(), mesh_kind, d, what);
+      claim = a.claim;
+      keys = a.keys;
+    } else {
+      claim = auth::recv_claim(fd.get(), size(), d, what);
+      if (!mesh_kind(claim.kind) || claim.server_rank != rank_) throw auth::Refused("not a connection for this rank");
+    }
+    if (claim.client_rank < 0 || claim.client_rank == rank_)
+      throw auth::Refused("it claims rank " + std::to_string(claim.client_rank));
+    if (claim.kind == auth::Kind::abort) {
+      std::uint32_t len = 0;
+      net::recv_all(fd.get(), &len, 4, d, what);
+      if (len > kMaxAbortText)
+        throw auth::Refused("its abort notice claims " + std::to_string(len) + " bytes (at most " +
+                            std::to_string(kMaxAbortText) + ")");
+      text.resize(len);
+      net::recv_all(fd.get(), text.data(), len, d, what);
+    }
+  } catch (const Error& e) {  // Refused, or a stranger that went silent or hung up
+    auth::log_refused(who(rank_) + "'s link listener", address, e.what());
+    return;
+  }
+  if (claim.kind == auth::Kind::ping) {  // liveness probe from a rank deciding whom to blame
+    const char pong = 1;
+    if (::send(fd.get(), &pong, 1, MSG_NOSIGNAL) < 0) {}
+    return;
+  }
+  std::lock_guard lock(mu_);
+  if (claim.kind == auth::Kind::link) {
+    net::tune_stream(fd.get());
+    links_[{claim.client_rank, claim.channel}] = std::move(fd);
+    link_keys_[{claim.client_rank, claim.channel}] = std::make_unique<auth::LinkKeys>(keys);
+  } else if (claim.kind == auth::Kind::abort && !aborted_) {
+    abort_reason_ = text;
+    aborted_.store(true, std::memory_order_release);
+    std::uint64_t one = 1;
+    if (write(abort_event_, &one, sizeof one) < 0) {}
+  }
+  cv_.notify_all();
+}
+
+net::Fd Mesh::open_to(int peer, auth::Kind kind, int channel, net::Deadline d, auth::LinkKeys* keys) const {
+  const PeerInfo& p = peers_[static_cast<std::size_t>(peer)];
+  net::Fd fd = net::connect_to(p.address, p.port, d, who(peer));
+  auth::Claim claim{kind, rank_, peer, channel};
+  if (auth_) {
+    auth::LinkKeys k = auth::connect_handshake(fd.get(), *auth_, claim, d, who(peer));
+    if (keys) *keys = k;
+  } else {
+    auth::send_claim(fd.get(), claim, d, who(peer));
+  }
+  return fd;
+}
+
+const auth::LinkKeys& Mesh::link_keys(int peer, int channel) const {
+  std::lock_guard lock(mu_);
+  auto it = link_keys_.find({peer, channel});
+  SAKER_ASSERT(it != link_keys_.end(), "link_keys() before link() returned");
+  return *it->second;
 }
 
 int Mesh::link(int peer, int channel) {
@@ -89,14 +165,12 @@ int Mesh::link(int peer, int channel) {
   if (auto it = links_.find({peer, channel}); it != links_.end()) return it->second.get();
   if (rank_ < peer) {
     lock.unlock();
-    const PeerInfo& p = peers_[static_cast<std::size_t>(peer)];
-    auto d = net::deadline_in(timeout_);
-    net::Fd fd = net::connect_to(p.address, p.port, d, who(peer));
-    Hello h{kMagic, kLink, rank_, channel, 0};
-    net::send_all(fd.get(), &h, sizeof h, d, who(peer));
+    auth::LinkKeys keys{};
+    net::Fd fd = open_to(peer, auth::Kind::link, channel, net::deadline_in(timeout_), &keys);
     lock.lock();
     int raw = fd.get();
     links_[{peer, channel}] = std::move(fd);
+    link_keys_[{peer, channel}] = std::make_unique<auth::LinkKeys>(keys);
     return raw;
   }
   if (!cv_.wait_for(lock, timeout_, [&] { return links_.count({peer, channel}) > 0 || aborted_; }))
@@ -120,12 +194,12 @@ void Mesh::notify_all(const std::string& reason) {
   for (int r = 0; r < size(); ++r) {
     if (r == rank_) continue;
     try {
-      const PeerInfo& p = peers_[static_cast<std::size_t>(r)];
       auto d = net::deadline_in(std::chrono::milliseconds(300));
-      net::Fd fd = net::connect_to(p.address, p.port, d, who(r));
-      Hello h{kMagic, kAbort, rank_, 0, static_cast<std::uint32_t>(reason.size())};
-      net::send_all(fd.get(), &h, sizeof h, d, who(r));
-      net::send_all(fd.get(), reason.data(), reason.size(), d, who(r));
+      net::Fd fd = open_to(r, auth::Kind::abort, 0, d, nullptr);
+      std::string text = reason.substr(0, kMaxAbortText);
+      auto len = static_cast<std::uint32_t>(text.size());
+      net::send_all(fd.get(), &len, 4, d, who(r));
+      net::send_all(fd.get(), text.data(), text.size(), d, who(r));
     } catch (const Error&) {
       // That rank is gone too; the others still get the notice.
     }
@@ -134,11 +208,8 @@ void Mesh::notify_all(const std::string& reason) {
 
 bool Mesh::answers_ping(int peer, std::chrono::milliseconds within) const {
   try {
-    const PeerInfo& p = peers_[static_cast<std::size_t>(peer)];
     auto d = net::deadline_in(within);
-    net::Fd fd = net::connect_to(p.address, p.port, d, who(peer));
-    Hello h{kMagic, kPing, rank_, 0, 0};
-    net::send_all(fd.get(), &h, sizeof h, d, who(peer));
+    net::Fd fd = open_to(peer, auth::Kind::ping, 0, d, nullptr);
     char pong = 0;
     net::recv_all(fd.get(), &pong, 1, d, who(peer));
     return pong == 1;

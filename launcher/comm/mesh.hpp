@@ -8,14 +8,18 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <chrono>
 #include <condition_variable>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "launcher/comm/auth.hpp"
 #include "launcher/comm/net.hpp"
 
 namespace saker::comm {
@@ -29,9 +33,15 @@ struct PeerInfo {
   std::string machine;  // kernel boot id: ranks with the same one share CPUs
 };
 
+// Every connection (link, abort notice, ping) runs the job-key handshake (auth.hpp)
+// before any other byte is believed; one that fails is dropped and logged, and the job
+// goes on. The listener hands each accepted connection to a short-lived thread, so a
+// silent or slow stranger holds up nobody.
 class Mesh {
  public:
-  Mesh(int rank, std::vector<PeerInfo> peers, net::Fd listener, std::chrono::milliseconds timeout);
+  // auth: the job key and scope; std::nullopt for Transit::off (no handshake at all).
+  Mesh(int rank, std::vector<PeerInfo> peers, net::Fd listener, std::chrono::milliseconds timeout,
+       std::optional<auth::Context> auth);
   ~Mesh();
 
   int rank() const { return rank_; }
@@ -42,6 +52,13 @@ class Mesh {
 
   // The socket to peer on this channel (blocking until it exists, bounded by timeout).
   int link(int peer, int channel);
+  // The per-direction keys its handshake derived (all zero under Transit::off). Valid
+  // once link(peer, channel) returned, for the Mesh's lifetime.
+  const auth::LinkKeys& link_keys(int peer, int channel) const;
+  // Longest an incoming handshake may take before the stranger is dropped.
+  static constexpr std::chrono::milliseconds kHandshakeLimit{10000};
+  // Longest abort text believed (longer notices are refused, not cut).
+  static constexpr std::uint32_t kMaxAbortText = 4096;
 
   // Readable once an abort notice arrived; include it in poll sets.
   int abort_fd() const { return abort_event_; }
@@ -58,6 +75,10 @@ class Mesh {
 
  private:
   void listen_loop();
+  void serve_incoming(net::Fd& fd);  // one accepted connection, on its own thread
+  // Client half of a connection to peer: connect, handshake, claim kind on channel.
+  net::Fd open_to(int peer, auth::Kind kind, int channel, net::Deadline d, auth::LinkKeys* keys) const;
+  void reap_handlers(bool all);
   void notify_all(const std::string& reason);
   // Whether peer's listener answers within the deadline (its process runs).
   bool answers_ping(int peer, std::chrono::milliseconds within) const;
@@ -72,6 +93,14 @@ class Mesh {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::pair<int, int>, net::Fd> links_;
+  std::map<std::pair<int, int>, std::unique_ptr<auth::LinkKeys>> link_keys_;  // stable addresses
+  std::optional<auth::Context> auth_;
+  struct Handler {
+    std::thread thread;
+    int fd = -1;  // while its handshake runs (shut down to end it early); -1 when done
+  };
+  std::mutex handlers_mu_;
+  std::vector<std::unique_ptr<Handler>> handlers_;
   std::string abort_reason_;
   bool notified_ = false;
   std::thread listener_thread_;

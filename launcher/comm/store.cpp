@@ -9,10 +9,12 @@
 #include <cstring>
 #include <future>
 #include <map>
+#include <optional>
 #include <mutex>
 #include <thread>
 
 #include "common/error.hpp"
+#include "launcher/comm/auth.hpp"
 #include "launcher/comm/net.hpp"
 #include "saker/comm.hpp"
 
@@ -48,17 +50,48 @@ class MemoryStore final : public Store {
   std::map<std::string, std::string> kv_;
 };
 
-// Wire format, both directions: 'S' u32 klen key u32 vlen value | 'G' u32 klen key;
-// the answer to G is u32 vlen value, sent once the key exists.
+// Wire format, after the job-key handshake (auth.hpp): 'S' u32 klen key u32 vlen value |
+// 'G' u32 klen key; the answer to G is u32 vlen value, sent once the key exists.
 void put_u32(std::string& out, std::uint32_t v) { out.append(reinterpret_cast<char*>(&v), 4); }
+
+// Bounds checked before a length sizes anything, on both sides. The store carries
+// rendezvous entries (an address line per rank, the session name: tens of bytes; PMI2
+// itself allows 64-byte keys and 1 KiB values), so these leave three orders of
+// magnitude of room while a forged length can no longer make either side allocate
+// gigabytes (issue 28: a length off the wire sized an allocation unchecked).
+constexpr std::uint32_t kMaxKey = 4096;
+constexpr std::uint32_t kMaxValue = 1u << 20;
+
+void check_lengths(std::size_t klen, std::size_t vlen, const std::string& where) {
+  if (klen > kMaxKey || vlen > kMaxValue)
+    throw Error(explain(where + ": a store key of " + std::to_string(klen) + " bytes or a value of " +
+                            std::to_string(vlen) + " bytes is too long",
+                        "the store holds rendezvous entries: keys up to 4 KiB, values up to 1 MiB",
+                        "keep bulk data out of the rendezvous store"));
+}
+
+constexpr auth::Claim kStoreClaim{auth::Kind::store, -1, -1, 0};
+bool store_kind(auth::Kind k) { return k == auth::Kind::store; }
 
 class TcpStore final : public Store {
  public:
-  TcpStore(std::string host, int port, std::chrono::milliseconds timeout)
-      : host_(std::move(host)), port_(port),
-        fd_(net::connect_to(host_, port_, net::deadline_in(timeout), "the rendezvous store")) {}
+  TcpStore(std::string host, int port, const Options& options)
+      : host_(std::move(host)), port_(port), auth_(auth::context_for(options, auth::job_scope())),
+        fd_(net::connect_to(host_, port_, net::deadline_in(options.timeout), "the rendezvous store")) {
+    auto d = net::deadline_in(options.timeout);
+    try {
+      if (auth_) auth::connect_handshake(fd_.get(), *auth_, kStoreClaim, d, describe());
+      else auth::send_claim(fd_.get(), kStoreClaim, d, describe());
+    } catch (const auth::Refused& e) {
+      throw Error(explain(describe() + " is not this job's store", e.what(),
+                          "another program (perhaps another user's) may hold port " + std::to_string(port_) +
+                              ": set SAKER_STORE_PORT (or SAKER_STORE) to a free one, and give every rank the same "
+                              "job key"));
+    }
+  }
 
   void set(const std::string& key, const std::string& value) override {
+    check_lengths(key.size(), value.size(), describe());
     std::string msg = "S";
     put_u32(msg, static_cast<std::uint32_t>(key.size()));
     msg += key;
@@ -68,6 +101,7 @@ class TcpStore final : public Store {
     net::send_all(fd_.get(), msg.data(), msg.size(), net::deadline_in(std::chrono::seconds(30)), describe());
   }
   std::string get(const std::string& key, std::chrono::milliseconds timeout) override {
+    check_lengths(key.size(), 0, describe());
     std::string msg = "G";
     put_u32(msg, static_cast<std::uint32_t>(key.size()));
     msg += key;
@@ -81,6 +115,7 @@ class TcpStore final : public Store {
       if (net::Clock::now() >= d) throw Error(key_timeout(key, describe(), timeout));
       throw;
     }
+    check_lengths(key.size(), len, describe() + " (its answer for '" + key + "')");
     std::string value(len, '\0');
     net::recv_all(fd_.get(), value.data(), len, d, describe());
     return value;
@@ -92,6 +127,7 @@ class TcpStore final : public Store {
  private:
   std::string host_;
   int port_;
+  std::optional<auth::Context> auth_;
   net::Fd fd_;
   std::mutex mu_;
 };
@@ -157,24 +193,76 @@ class Pmi2Store final : public Store {
 
 std::shared_ptr<Store> make_memory_store() { return std::make_shared<MemoryStore>(); }
 
-std::shared_ptr<Store> make_tcp_store(const std::string& host, int port, std::chrono::milliseconds timeout) {
-  return std::make_shared<TcpStore>(host, port, timeout);
+std::shared_ptr<Store> make_tcp_store(const std::string& host, int port, const Options& options) {
+  return std::make_shared<TcpStore>(host, port, options);
 }
 
 std::shared_ptr<Store> make_pmi2_store(int* rank, int* size) { return std::make_shared<Pmi2Store>(rank, size); }
 
 // ---- server ----
+// One poll loop serves every client. A client first runs the job-key handshake, fed
+// exactly the bytes each step needs, so a stranger can neither push more than 64 bytes
+// nor hold anything past kHandshakeLimit; one that fails is dropped and logged.
 struct TcpStoreServer::Impl {
+  static constexpr auto kHandshakeLimit = std::chrono::seconds(10);
   net::Fd listen;
   int port = 0;
   int wake[2] = {-1, -1};
   std::thread thread;
+  std::optional<auth::Context> ctx;  // std::nullopt: Transit::off
   struct Client {
     net::Fd fd;
+    std::string address;
+    std::unique_ptr<auth::ServerSide> handshake;  // until the client proved the key
+    bool authenticated = false;
+    net::Deadline handshake_deadline;
     std::string in;
     std::vector<std::string> waiting;  // keys this client asked for, in order
   };
   std::map<std::string, std::string> kv;
+
+  void drop(Client& c, const std::string& why) {
+    auth::log_refused("the rendezvous store on port " + std::to_string(port), c.address, why);
+    c.fd.reset();
+  }
+
+  // Advances the handshake on what arrived; false when the client was dropped.
+  bool advance(Client& c) {
+    try {
+      if (!ctx) {  // Transit::off: the claim alone
+        if (c.in.size() < auth::kHelloBytes) return true;
+        c.in.erase(0, auth::kHelloBytes);
+        c.authenticated = true;
+        return true;
+      }
+      if (!c.handshake) {
+        if (c.in.size() < auth::kHelloBytes) return true;
+        c.handshake = std::make_unique<auth::ServerSide>(*ctx, -1, store_kind);
+        auto reply = c.handshake->on_hello(reinterpret_cast<const unsigned char*>(c.in.data()), 1);
+        c.in.erase(0, auth::kHelloBytes);
+        net::send_all(c.fd.get(), reply.data(), reply.size(), net::deadline_in(std::chrono::seconds(2)), c.address);
+        return true;
+      }
+      if (c.in.size() < auth::kFinishBytes) return true;
+      c.handshake->on_finish(reinterpret_cast<const unsigned char*>(c.in.data()));
+      c.in.erase(0, auth::kFinishBytes);
+      const char ack = 1;
+      net::send_all(c.fd.get(), &ack, 1, net::deadline_in(std::chrono::seconds(2)), c.address);
+      c.handshake.reset();
+      c.authenticated = true;
+      return true;
+    } catch (const Error& e) {
+      drop(c, e.what());
+      return false;
+    }
+  }
+
+  // How many bytes to read now: a handshake step exactly, else a buffer's worth.
+  std::size_t to_read(const Client& c) const {
+    if (c.authenticated) return 65536;
+    std::size_t need = ctx && c.handshake ? auth::kFinishBytes : auth::kHelloBytes;
+    return need - std::min(need, c.in.size());
+  }
 
   void answer(Client& c) {
     // Answer waiting gets in order; stop at the first key not yet set (the client
@@ -201,13 +289,13 @@ struct TcpStoreServer::Impl {
       if (c.in.size() < 5) return true;
       std::uint32_t klen;
       std::memcpy(&klen, c.in.data() + 1, 4);
-      if (klen > (1u << 20)) return false;
+      if (klen > kMaxKey) return false;
       std::size_t need = 5 + klen;
       if (c.in[0] == 'S') {
         if (c.in.size() < need + 4) return true;
         std::uint32_t vlen;
         std::memcpy(&vlen, c.in.data() + need, 4);
-        if (vlen > (16u << 20)) return false;
+        if (vlen > kMaxValue) return false;
         if (c.in.size() < need + 4 + vlen) return true;
         kv[c.in.substr(5, klen)] = c.in.substr(need + 4, vlen);
         c.in.erase(0, need + 4 + vlen);
@@ -220,6 +308,32 @@ struct TcpStoreServer::Impl {
       }
     }
   }
+  // Reads what c sent; true when requests may have arrived.
+  bool receive(Client& c) {
+    char buf[65536];
+    ssize_t n = recv(c.fd.get(), buf, std::min(sizeof buf, to_read(c)), MSG_DONTWAIT);
+    if (n <= 0) {
+      if (!c.authenticated) drop(c, "it hung up during the handshake");
+      c.fd.reset();
+      return false;
+    }
+    c.in.append(buf, static_cast<std::size_t>(n));
+    if (!c.authenticated) return advance(c) && c.authenticated && parse(c);
+    if (!parse(c)) {
+      drop(c, "it sent a malformed request or a key or value over the store's bounds");
+      return false;
+    }
+    return true;
+  }
+  void accept_one(std::vector<std::unique_ptr<Client>>& clients) {
+    net::Fd fd(accept4(listen.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (!fd) return;
+    auto c = std::make_unique<Client>();
+    c->address = auth::peer_address(fd.get());
+    c->fd = std::move(fd);
+    c->handshake_deadline = net::deadline_in(kHandshakeLimit);
+    clients.push_back(std::move(c));
+  }
   void run() {
     std::vector<std::unique_ptr<Client>> clients;
     while (true) {
@@ -227,29 +341,24 @@ struct TcpStoreServer::Impl {
       for (auto& c : clients) fds.push_back({c->fd.get(), POLLIN, 0});
       if (poll(fds.data(), fds.size(), 1000) < 0) continue;
       if (fds[0].revents) return;
-      if (fds[1].revents & POLLIN) {
-        net::Fd fd(accept4(listen.get(), nullptr, nullptr, SOCK_CLOEXEC));
-        if (fd) clients.push_back(std::make_unique<Client>(Client{std::move(fd), {}, {}}));
-      }
+      if (fds[1].revents & POLLIN) accept_one(clients);
       bool changed = false;
       for (std::size_t i = 2; i < fds.size(); ++i) {
-        if (!fds[i].revents) continue;
         Client& c = *clients[i - 2];
-        char buf[65536];
-        ssize_t n = recv(c.fd.get(), buf, sizeof buf, MSG_DONTWAIT);
-        if (n <= 0) { c.fd.reset(); continue; }
-        c.in.append(buf, static_cast<std::size_t>(n));
-        if (!parse(c)) c.fd.reset();
-        changed = true;
+        if (fds[i].revents) changed |= receive(c);
+        if (c.fd && !c.authenticated && net::Clock::now() >= c.handshake_deadline)
+          drop(c, "it did not complete the handshake within 10 s");
       }
       if (changed)
-        for (auto& c : clients) if (c->fd) answer(*c);
+        for (auto& c : clients) if (c->fd && c->authenticated) answer(*c);
       std::erase_if(clients, [](const auto& c) { return !c->fd; });
     }
   }
 };
 
-TcpStoreServer::TcpStoreServer(int port, const std::string& bind_address) : impl_(std::make_unique<Impl>()) {
+TcpStoreServer::TcpStoreServer(int port, const Options& options, const std::string& bind_address)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->ctx = auth::context_for(options, auth::job_scope());
   impl_->listen = net::listen_on(bind_address, port, &impl_->port);
   if (pipe2(impl_->wake, O_CLOEXEC) != 0) throw Error("saker: cannot create a pipe for the store server");
   impl_->thread = std::thread([this] { impl_->run(); });

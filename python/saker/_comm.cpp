@@ -50,9 +50,13 @@ PYBIND11_MODULE(_comm, m) {
            "Block until done (bounded by the communicator's timeout); raises the operation's error.")
       .def("done", &Handle::done, "True once the operation finished (successfully or not).");
 
+  // The job key comes from SAKER_JOB_KEY / SAKER_JOB_KEY_FILE (never from Python, never
+  // through torch's store): clients and server prove it to each other.
   py::class_<TcpStoreServer>(m, "TcpStoreServer")
-      .def(py::init<int, const std::string&>(), py::arg("port"), py::arg("bind_address") = "0.0.0.0",
-           py::call_guard<py::gil_scoped_release>())
+      .def(py::init([](int port, const std::string& bind_address) {
+             return std::make_unique<TcpStoreServer>(port, options_with_timeout(0), bind_address);
+           }),
+           py::arg("port"), py::arg("bind_address") = "0.0.0.0", py::call_guard<py::gil_scoped_release>())
       .def("port", &TcpStoreServer::port);
 
   py::class_<Communicator>(m, "Communicator")
@@ -71,7 +75,7 @@ PYBIND11_MODULE(_comm, m) {
             where.size = size;
             where.node = node;
             where.host = hostname;
-            return Communicator::create(make_tcp_store(host, port, o.timeout), where, o);
+            return Communicator::create(make_tcp_store(host, port, o), where, o);
           },
           py::arg("host"), py::arg("port"), py::arg("rank"), py::arg("size"), py::arg("node"),
           py::arg("hostname"), py::arg("timeout_s") = 0.0, py::call_guard<py::gil_scoped_release>(),

@@ -25,7 +25,9 @@ namespace {
 // Returns each rank's outcome line ("ok", "error: ..."), read from files the children write.
 std::vector<std::string> run_processes(int n, int victim, int signal, std::chrono::milliseconds timeout,
                                        double* seconds, bool shm_stripes = false) {
-  TcpStoreServer server(0, "127.0.0.1");
+  Options server_options;
+  server_options.job_key = std::string(32, '\x5a');
+  TcpStoreServer server(0, server_options, "127.0.0.1");
   std::string dir = "/tmp/saker-comm-fault-" + std::to_string(getpid());
   mkdir(dir.c_str(), 0700);
   auto start = std::chrono::steady_clock::now();
@@ -39,10 +41,11 @@ std::vector<std::string> run_processes(int n, int victim, int signal, std::chron
         o.timeout = timeout;
         o.fusion = false;
         o.ignore_environment = true;
+        o.job_key = server_options.job_key;
         o.transport = shm_stripes ? Transport::shm : Transport::ring;
         if (shm_stripes) setenv("SAKER_COMM_SHM_STRIPES", "4", 1);  // this child only
         Placement p{r, n, shm_stripes ? "node0" : "node" + std::to_string(r), "host" + std::to_string(r), -1};
-        auto c = Communicator::create(make_tcp_store("127.0.0.1", server.port(), timeout), p, o);
+        auto c = Communicator::create(make_tcp_store("127.0.0.1", server.port(), o), p, o);
         std::vector<float> buf(4u << 20, 1.0f);
         if (r == victim)
           std::thread([signal] { std::this_thread::sleep_for(300ms); kill(getpid(), signal); }).detach();

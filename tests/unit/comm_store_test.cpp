@@ -7,6 +7,7 @@
 #include "common/error.hpp"
 #include "launcher/comm/slurm_store_port.hpp"
 #include "saker/comm.hpp"
+#include "tests/unit/comm_test_support.hpp"
 
 using namespace saker::comm;
 using namespace std::chrono_literals;
@@ -20,9 +21,11 @@ TEST_CASE("memory store: get waits for set and times out naming the key", "[comm
 }
 
 TEST_CASE("TCP store: values of any bytes, waiting gets, timeouts", "[comm][store]") {
-  TcpStoreServer server(0, "127.0.0.1");
-  auto a = make_tcp_store("127.0.0.1", server.port(), 2s);
-  auto b = make_tcp_store("127.0.0.1", server.port(), 2s);
+  Options o = test::quick_options();
+  o.timeout = 2s;
+  TcpStoreServer server(0, o, "127.0.0.1");
+  auto a = make_tcp_store("127.0.0.1", server.port(), o);
+  auto b = make_tcp_store("127.0.0.1", server.port(), o);
   std::string binary("x\0y\n", 4);
   std::thread t([&] { std::this_thread::sleep_for(30ms); a->set("k", binary); });
   CHECK(b->get("k", 2s) == binary);
@@ -32,9 +35,11 @@ TEST_CASE("TCP store: values of any bytes, waiting gets, timeouts", "[comm][stor
 
 TEST_CASE("TCP store: connecting to nothing fails within the timeout", "[comm][store]") {
   int port;
-  { TcpStoreServer probe(0, "127.0.0.1"); port = probe.port(); }
+  Options o = test::quick_options();
+  o.timeout = 300ms;
+  { TcpStoreServer probe(0, o, "127.0.0.1"); port = probe.port(); }
   auto start = std::chrono::steady_clock::now();
-  CHECK_THROWS_WITH(make_tcp_store("127.0.0.1", port, 300ms), Catch::Contains("cannot connect"));
+  CHECK_THROWS_WITH(make_tcp_store("127.0.0.1", port, o), Catch::Contains("cannot connect"));
   CHECK(std::chrono::steady_clock::now() - start < 3s);
 }
 

@@ -164,7 +164,8 @@ TEST_CASE("ring members with different block plans agree on the smallest", "[com
   for (int r = 0; r < n; ++r)
     threads.emplace_back([&, r] {
       try {
-        Mesh mesh(r, peers, std::move(listeners[static_cast<std::size_t>(r)]), std::chrono::seconds(10));
+        Mesh mesh(r, peers, std::move(listeners[static_cast<std::size_t>(r)]), std::chrono::seconds(10),
+                  auth::Context{auth::JobKey::from_raw(std::string(32, '\x5a')), "test"});
         auto values = [&] {
           std::vector<float> v(300'007);
           for (std::size_t i = 0; i < v.size(); ++i) v[i] = 1.0f / static_cast<float>(1 + (i * 31 + static_cast<std::size_t>(r) * 7) % 1013);

@@ -331,7 +331,10 @@ class SakerProcessGroup(ProcessGroup):
 
 def _bootstrap_over(store, rank, size, timeout):
     """A Communicator whose rendezvous is a Saker store that rank 0 serves; its address
-    travels through torch's store (which has already been set up by the launcher)."""
+    travels through torch's store (which has already been set up by the launcher).
+    Only the address does: torch's store is readable by anyone who reaches its port, so
+    the job key that the Saker store and every link prove comes from each rank's own
+    environment (SAKER_JOB_KEY, which saker-run sets, or SAKER_JOB_KEY_FILE)."""
     from saker import _comm as ext
     key = "saker/store"
     server = None
