@@ -62,6 +62,24 @@ std::pair<std::string, int> split_host_port(const std::string& s, const char* va
   return {s.substr(0, colon), static_cast<int>(env_number(var, s.c_str() + colon + 1))};
 }
 
+// SAKER_COMM_TRANSIT_REQUIRED=encrypt: spank_saker.so sets it when the site policy gives
+// one of the job's datasets transit: encrypt (saker-policy.yaml(5)). A weaker mode is an
+// error, never a silent downgrade nor a silent upgrade of what the program asked for.
+void require_transit(Options& o) {
+  const char* v = env("SAKER_COMM_TRANSIT_REQUIRED");
+  if (v == nullptr) return;
+  if (std::strcmp(v, "encrypt") != 0)
+    throw Error(explain(std::string("SAKER_COMM_TRANSIT_REQUIRED='") + v + "' is unknown",
+                        "spank_saker.so sets it to encrypt, the only requirement a policy can make",
+                        "unset it, or set it to encrypt"));
+  if (!env("SAKER_COMM_TRANSIT")) o.transit = Transit::encrypt;
+  if (o.transit != Transit::encrypt)
+    throw Error(explain(std::string("this job's traffic must be encrypted, but SAKER_COMM_TRANSIT=") + name_of(o.transit),
+                        "the site policy gives one of the job's datasets transit: encrypt (SAKER_COMM_TRANSIT_REQUIRED=encrypt, "
+                        "set by spank_saker.so)",
+                        "run with saker-run --transit=encrypt or SAKER_COMM_TRANSIT=encrypt, or leave the mode unset"));
+}
+
 // Rank 0 makes the key and publishes it in Slurm's PMI2 KVS, which only the step's own
 // tasks reach (never the TCP store, which anyone who finds its port can read).
 std::string key_over_pmi2(Store& pmi2, int rank, std::chrono::milliseconds timeout) {
@@ -92,6 +110,7 @@ Options options_from_environment(Options o) {
     else throw Error(explain("SAKER_COMM_TRANSIT='" + t + "' is unknown", "known: auth (the default), encrypt, off (benchmarks only)",
                              "pick one of those, or leave it unset for auth"));
   }
+  require_transit(o);
   if (const char* v = env("SAKER_COMM_CHUNK_BYTES")) o.chunk_bytes = static_cast<std::size_t>(env_number("SAKER_COMM_CHUNK_BYTES", v));
   if (const char* v = env("SAKER_FUSION_BYTES")) o.fusion_bytes = static_cast<std::size_t>(env_number("SAKER_FUSION_BYTES", v));
   if (const char* v = env("SAKER_FUSION_CYCLE_MS")) o.fusion_cycle = std::chrono::milliseconds(env_number("SAKER_FUSION_CYCLE_MS", v));
