@@ -24,8 +24,9 @@ void HeartbeatWriter::beat() {
   if (last_ != std::chrono::steady_clock::time_point{} && now - last_ < std::chrono::seconds(1)) return;
   last_ = now;
   // Best effort: a heartbeat that cannot be written must not stop training (the worst
-  // case is that saker-run does not watch this rank).
-  const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  // case is that saker-run does not watch this rank). 0600 and never through a symlink:
+  // the directory is saker-run's private one (runtime_dir.hpp).
+  const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return;
   ::futimens(fd, nullptr);
   ::close(fd);
@@ -40,22 +41,13 @@ std::optional<StaleRank> stale_heartbeat(const std::string& dir, double now, dou
     char* end = nullptr;
     const long rank = std::strtol(name.c_str() + 5, &end, 10);
     if (end == name.c_str() + 5 || *end != '\0' || rank < 0) continue;
+    // Only a regular file of this user's counts: nothing another user could have planted.
     struct stat st {};
-    if (::stat(entry.path().c_str(), &st) != 0) continue;
+    if (::lstat(entry.path().c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid()) continue;
     const double silent = now - (static_cast<double>(st.st_mtim.tv_sec) + st.st_mtim.tv_nsec * 1e-9);
     if (silent > limit_s && (!worst || silent > worst->silent_s)) worst = StaleRank{static_cast<int>(rank), silent};
   }
   return worst;
-}
-
-void reset_heartbeat_dir(const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
-  std::filesystem::create_directories(dir, ec);
-  if (ec) {
-    throw Error(explain("cannot create the heartbeat directory " + dir, ec.message(),
-                        "pass --ckpt-dir on a writable file system, set TMPDIR, or --hang-timeout 0"));
-  }
 }
 
 }  // namespace saker::run

@@ -35,10 +35,9 @@ struct StaleRank {
 };
 
 // The supervisor side: the rank whose heartbeat in `dir` is oldest, if it is older than
-// `limit_s` at wall-clock time `now` (seconds since the epoch).
+// `limit_s` at wall-clock time `now` (seconds since the epoch). Only regular files owned
+// by this user count. saker-run makes `dir` private and fresh for each attempt
+// (runtime_dir.hpp).
 std::optional<StaleRank> stale_heartbeat(const std::string& dir, double now, double limit_s);
-
-// Creates `dir` empty (removing the heartbeats of an earlier attempt).
-void reset_heartbeat_dir(const std::string& dir);
 
 }  // namespace saker::run

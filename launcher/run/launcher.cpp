@@ -21,6 +21,7 @@
 #include "launcher/run/node_probe.hpp"
 #include "launcher/run/process.hpp"
 #include "launcher/run/rank_env.hpp"
+#include "launcher/run/runtime_dir.hpp"
 #include "launcher/run/step.hpp"
 #include "launcher/run/supervisor.hpp"
 
@@ -33,12 +34,6 @@ std::string env_or(const char* name, const std::string& fallback) {
 }
 
 void say(const std::string& line) { log::info("saker-run: " + line); }
-
-// Where rank 0 reports "emergency checkpoint committed" (see saker-run(1)).
-std::string preempt_marker_path(const RunOptions& o) {
-  const std::string dir = !o.ckpt_dir.empty() ? o.ckpt_dir : env_or("TMPDIR", "/tmp");
-  return dir + "/.saker-preempted-" + env_or("SLURM_JOB_ID", "local") + "-" + std::to_string(::getpid());
-}
 
 // The id scontrol requeues exactly this job by. One task of every job array has a job id
 // equal to the array's id, and `scontrol requeue ARRAY_ID` requeues every task of the
@@ -192,21 +187,18 @@ int run_supervised(const RunOptions& o, const std::string& self) {
   const std::unique_ptr<Step> step =
       in_slurm ? make_srun_step(o.srun_args, self, o.program) : make_local_step(o.ntasks, o.program);
   if (!o.ckpt_dir.empty()) std::filesystem::create_directories(o.ckpt_dir);
-  const std::string marker = preempt_marker_path(o);
+  // Each attempt's heartbeats and preempt marker live in a private directory of its own
+  // (runtime_dir.hpp): beside the checkpoints (shared by every node on a real cluster),
+  // else in TMPDIR (seen by the ranks on this node).
+  const std::string runtime_base = !o.ckpt_dir.empty() ? o.ckpt_dir : env_or("TMPDIR", "/tmp");
+  if (!o.dry_run) check_parent_dir(runtime_base);
+  const Env transit = transit_env(o.transit, env_or(kTransitEnv, ""));
+  if (transit.count(kTransitEnv) != 0 && transit.at(kTransitEnv) == "off") {
+    log::warn("saker-run: transit is off: the ranks' links are not authenticated and any user on the nodes or "
+              "the network can read, inject into or take over them; use it for benchmarks only");
+  }
 
   const Policy policy{o.max_restarts, in_slurm && o.requeue, !o.ckpt_dir.empty()};
-  // Heartbeats live beside the checkpoints (shared by every node on a real cluster), else
-  // in TMPDIR (seen by the ranks on this node).
-  const std::string heartbeat_dir = (!o.ckpt_dir.empty() ? o.ckpt_dir : env_or("TMPDIR", "/tmp")) +
-                                    "/.saker-heartbeat-" + env_or("SLURM_JOB_ID", "local") + "-" +
-                                    std::to_string(::getpid());
-  struct RemoveOnExit {
-    std::string dir;
-    ~RemoveOnExit() {
-      std::error_code ec;
-      if (!dir.empty()) std::filesystem::remove_all(dir, ec);
-    }
-  } heartbeat_cleanup{o.hang_timeout_s > 0 && !o.dry_run ? heartbeat_dir : ""};
   const std::string run_id = in_slurm ? job_id : "local-" + std::to_string(::getpid());
   const std::string restarts_by_slurm = env_or("SLURM_RESTART_COUNT", "0");
   if (restarts_by_slurm != "0") {
@@ -228,19 +220,21 @@ int run_supervised(const RunOptions& o, const std::string& self) {
   while (true) {
     Attempt attempt;
     attempt.number = static_cast<int>(attempts.size()) + 1;
-    std::filesystem::remove(marker);
+    const RunDir run_dir(runtime_base, env_or("SLURM_JOB_ID", "local"), attempt.number);
+    const std::string& heartbeat_dir = run_dir.heartbeat_dir();
     // Held until this attempt ends, so nothing else takes the port before rank 0 listens.
     std::optional<ReservedPort> master_port;
     if (o.master_port == 0) master_port.emplace();
     Env env = rendezvous_env(master_addr, master_port ? master_port->port() : o.master_port);
     env[kAttemptEnv] = std::to_string(attempt.number);
-    env[kPreemptMarkerEnv] = marker;
+    env[kPreemptMarkerEnv] = run_dir.preempt_marker();
+    // A fresh secret for every attempt (never in argv or a log): the ranks authenticate each
+    // other with it; srun carries it to them in Slurm's launch request.
+    for (auto& [k, v] : job_key_env()) env[k] = v;
+    for (auto& [k, v] : transit) env[k] = v;
     if (!o.ckpt_dir.empty()) env[kCkptDirEnv] = o.ckpt_dir;
     for (auto& [k, v] : elastic_env(restarts, o.max_restarts, run_id)) env[k] = v;
-    if (o.hang_timeout_s > 0) {
-      reset_heartbeat_dir(heartbeat_dir);
-      env[kHeartbeatDirEnv] = heartbeat_dir;
-    }
+    if (o.hang_timeout_s > 0) env[kHeartbeatDirEnv] = heartbeat_dir;
     const double started = wall_clock();
     std::printf("saker-run: attempt %d starting at %.3f (%s)\n", attempt.number, started,
                 in_slurm ? ("job " + job_id + ", restart count " + restarts_by_slurm).c_str()
@@ -315,8 +309,7 @@ int run_supervised(const RunOptions& o, const std::string& self) {
       }
     }
     attempt.seconds = wall_clock() - started;
-    const bool marker_seen = std::filesystem::exists(marker);
-    std::filesystem::remove(marker);
+    const bool marker_seen = run_dir.preempt_marker_set();
     attempt.outcome = classify(step->result(), preempt_signal, marker_seen, stopped_why, &attempt.detail);
     attempt.refused = step->result().refused;
     attempt.refused_code = step->result().refused_code;

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "common/error.hpp"
+#include "launcher/run/rank_env.hpp"
 
 namespace po = boost::program_options;
 
@@ -59,6 +60,10 @@ RunOptions parse_run_options(int argc, const char* const* argv, std::string* hel
       ("master-port", po::value<int>(&o.master_port)->default_value(0),
        "MASTER_PORT for the ranks (default: a free port, new for each attempt, held by saker-run until the "
        "attempt ends so that no other program is given it; rank 0 binds it with SO_REUSEADDR)")
+      ("transit", po::value<std::string>(&o.transit),
+       "how the ranks' links protect their bytes, exported as SAKER_COMM_TRANSIT: auth (the default: every "
+       "connection proves this attempt's key, SAKER_JOB_KEY), encrypt (also AES-256-GCM between nodes), or "
+       "off (no authentication: benchmarks only). Default: SAKER_COMM_TRANSIT from the environment, else auth")
       ("srun-arg", po::value<std::vector<std::string>>(&o.srun_args)->composing(),
        "extra argument for srun (repeatable), e.g. --srun-arg=--cpu-bind=cores")
       ("no-requeue", po::bool_switch(&no_requeue), "on preemption stop instead of running scontrol requeue")
@@ -105,6 +110,7 @@ RunOptions parse_run_options(int argc, const char* const* argv, std::string* hel
   if (o.grace_s < 0 || o.timeout_s < 0 || o.hang_timeout_s < 0) {
     throw Error(explain("--grace/--timeout/--hang-timeout is negative", "they are durations", "pass 0 or more seconds"));
   }
+  transit_env(o.transit, "");  // refuses a --transit value that is not auth, encrypt or off
   if (o.master_port < 0 || o.master_port > 65535) throw Error(explain("--master-port is out of range", "TCP ports are 1-65535", "pass a free port"));
   return o;
 }

@@ -28,6 +28,7 @@ struct RunOptions {
   double hang_timeout_s = 600;  // a rank whose heartbeat is this old is hung; 0 = no hang detection
   int master_port = 0;          // 0 = pick a free one per attempt
   std::string ckpt_dir;
+  std::string transit;          // --transit: auth|encrypt|off; empty = SAKER_COMM_TRANSIT or the default
   std::vector<std::string> srun_args;
   std::vector<std::string> program;
 };

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "common/error.hpp"
+#include "common/random.hpp"
 
 extern char** environ;
 
@@ -138,6 +139,30 @@ Env elastic_env(int restart_count, int max_restarts, const std::string& run_id) 
   out["TORCHELASTIC_RESTART_COUNT"] = std::to_string(restart_count);
   out["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(max_restarts);
   out["TORCHELASTIC_RUN_ID"] = run_id;
+  return out;
+}
+
+Env job_key_env() {
+  std::string key = random::job_key_hex();
+  if (key.empty()) {
+    throw Error(explain("cannot make this attempt's job key (SAKER_JOB_KEY)", std::strerror(errno),
+                        "the kernel's random source (getrandom) failed; check the node"));
+  }
+  Env out;
+  out[kJobKeyEnv] = std::move(key);
+  return out;
+}
+
+Env transit_env(const std::string& option, const std::string& inherited) {
+  const std::string& value = option.empty() ? inherited : option;
+  if (value.empty()) return {};
+  if (value != "auth" && value != "encrypt" && value != "off") {
+    const std::string where = option.empty() ? std::string(kTransitEnv) + " in the environment" : "--transit";
+    throw Error(explain(where + " is '" + value + "'", "it must be auth, encrypt or off",
+                        "pass --transit=auth (the default) or --transit=encrypt"));
+  }
+  Env out;
+  out[kTransitEnv] = value;
   return out;
 }
 

@@ -19,6 +19,9 @@ using Env = std::map<std::string, std::string>;
 inline constexpr const char* kCkptDirEnv = "SAKER_CKPT_DIR";
 inline constexpr const char* kAttemptEnv = "SAKER_RUN_ATTEMPT";
 inline constexpr const char* kPreemptMarkerEnv = "SAKER_PREEMPT_MARKER";
+// The attempt's secret, read by Saker's collective library (saker-comm(3)).
+inline constexpr const char* kJobKeyEnv = "SAKER_JOB_KEY";
+inline constexpr const char* kTransitEnv = "SAKER_COMM_TRANSIT";
 
 // The process environment as a map.
 Env current_environment();
@@ -42,6 +45,17 @@ Env local_rank_env(int rank, int world);
 // TORCHELASTIC_MAX_RESTARTS (--max-restarts) and TORCHELASTIC_RUN_ID (the Slurm job id, or
 // "local-PID" with --local), so scripts that read them behave as under torchrun.
 Env elastic_env(int restart_count, int max_restarts, const std::string& run_id);
+
+// SAKER_JOB_KEY: 32 fresh bytes from the kernel's CSPRNG as 64 lower-case hex digits, new
+// on every call (saker-run calls it once per attempt). Throws saker::Error when the kernel
+// gives no random bytes; the error never holds key material.
+Env job_key_env();
+
+// SAKER_COMM_TRANSIT for the ranks: `option` (--transit) when given, else `inherited`
+// (saker-run's own SAKER_COMM_TRANSIT); empty map when both are empty, so that the
+// library's default (auth) applies. Throws saker::Error naming the value and where it
+// came from when it is not auth, encrypt or off.
+Env transit_env(const std::string& option, const std::string& inherited);
 
 // MASTER_ADDR/MASTER_PORT plus the store address Saker's collective library reads.
 Env rendezvous_env(const std::string& master_addr, int master_port);

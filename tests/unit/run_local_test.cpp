@@ -82,3 +82,29 @@ TEST_CASE("ranks reporting an emergency checkpoint end the local run as preempte
   o.ckpt_dir = t.path.string();
   CHECK(run_supervised(o, "unused") == kExitPreempted);
 }
+
+TEST_CASE("every rank of an attempt gets the same fresh job key, and the next attempt a new one") {
+  TempDir t;
+  // Each rank records the key it was given; rank 0 fails attempt 1 once rank 1 has written.
+  RunOptions o = local(2, "cd " + t.path.string() + " && echo \"$SAKER_JOB_KEY\" > key$RANK.$SAKER_RUN_ATTEMPT; "
+                          "if [ $SAKER_RUN_ATTEMPT = 1 ] && [ $RANK = 0 ]; then "
+                          "while [ ! -s key1.1 ]; do sleep 0.05; done; exit 3; fi");
+  o.max_restarts = 1;
+  CHECK(run_supervised(o, "unused") == kExitOk);
+  const std::string first = t.read("key0.1");
+  CHECK(first.size() == 65);  // 64 hex digits and the newline
+  CHECK(first.find_first_not_of("0123456789abcdef\n") == std::string::npos);
+  CHECK(t.read("key1.1") == first);
+  CHECK(t.read("key0.2") == t.read("key1.2"));
+  CHECK(t.read("key0.2").size() == 65);
+  CHECK(t.read("key0.2") != first);
+}
+
+TEST_CASE("--transit reaches every rank as SAKER_COMM_TRANSIT") {
+  TempDir t;
+  RunOptions o = local(2, "echo \"$SAKER_COMM_TRANSIT\" > " + t.path.string() + "/t$RANK");
+  o.transit = "encrypt";
+  CHECK(run_supervised(o, "unused") == kExitOk);
+  CHECK(t.read("t0") == "encrypt\n");
+  CHECK(t.read("t1") == "encrypt\n");
+}

@@ -1,5 +1,12 @@
 #include <catch2/catch.hpp>
 
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
 #include "common/error.hpp"
 #include "launcher/run/options.hpp"
 #include "launcher/run/step.hpp"
@@ -59,4 +66,38 @@ TEST_CASE("option parsing stops at the program name, as with srun and torchrun")
   CHECK(parse({"--local", "--", "--weird-name"}).program == std::vector<std::string>{"--weird-name"});
   CHECK(parse({"--hang-timeout", "30", "--", "x"}).hang_timeout_s == 30);
   CHECK(parse({"--", "x"}).hang_timeout_s == 600);
+}
+
+TEST_CASE("--transit takes auth, encrypt or off") {
+  CHECK(parse({"--transit=encrypt", "--", "x"}).transit == "encrypt");
+  CHECK(parse({"--transit", "off", "--", "x"}).transit == "off");
+  CHECK(parse({"--", "x"}).transit.empty());
+  CHECK_THROWS_AS(parse({"--transit=tls", "--", "x"}), saker::Error);
+}
+
+TEST_CASE("srun gets the attempt's job key in its environment, never on its command line") {
+  // A stand-in srun that records its arguments and environment.
+  char tmpl[] = "/tmp/saker-fake-srun-XXXXXX";
+  const std::string dir = ::mkdtemp(tmpl);
+  {
+    std::ofstream srun(dir + "/srun");
+    srun << "#!/bin/sh\necho \"$@\" > " << dir << "/argv\necho \"$SAKER_JOB_KEY\" > " << dir << "/key\n";
+  }
+  ::chmod((dir + "/srun").c_str(), 0755);
+  const Env key = job_key_env();
+  Env env = key;
+  env["PATH"] = dir + ":/usr/bin:/bin";
+  const auto step = make_srun_step({}, "/bin/saker-run", {"train"});
+  sigset_t none;
+  sigemptyset(&none);
+  step->start(env, none);
+  while (!step->reap()) ::usleep(10000);
+  CHECK(step->result().all_ok);
+  std::ifstream k(dir + "/key"), a(dir + "/argv");
+  std::string seen, argv;
+  std::getline(k, seen);
+  std::getline(a, argv);
+  CHECK(seen == key.at(kJobKeyEnv));
+  CHECK(argv.find(seen) == std::string::npos);
+  std::filesystem::remove_all(dir);
 }

@@ -80,3 +80,26 @@ TEST_CASE("a closed TCP port is unreachable, a listening one reachable") {
   const saker::ReservedPort held;  // bound, never listening, and no one else's
   CHECK_FALSE(saker::run::tcp_reachable("127.0.0.1", held.port(), 500));
 }
+
+TEST_CASE("the job key is 64 lower-case hex digits, new on every call") {
+  const std::string a = job_key_env().at(kJobKeyEnv);
+  const std::string b = job_key_env().at(kJobKeyEnv);
+  CHECK(a.size() == 64);
+  CHECK(a.find_first_not_of("0123456789abcdef") == std::string::npos);
+  CHECK(a != b);
+  CHECK(std::string(kJobKeyEnv) == "SAKER_JOB_KEY");
+}
+
+TEST_CASE("--transit wins over SAKER_COMM_TRANSIT, which is the default; with neither nothing is exported") {
+  CHECK(transit_env("encrypt", "auth").at(kTransitEnv) == "encrypt");
+  CHECK(transit_env("", "encrypt").at(kTransitEnv) == "encrypt");
+  CHECK(transit_env("off", "").at(kTransitEnv) == "off");
+  CHECK(transit_env("", "").empty());
+  try {
+    transit_env("", "plain");
+    FAIL("no exception");
+  } catch (const saker::Error& e) {
+    CHECK(std::string(e.what()).find("SAKER_COMM_TRANSIT in the environment is 'plain'") != std::string::npos);
+  }
+  CHECK_THROWS_AS(transit_env("tls", ""), saker::Error);
+}
