@@ -139,12 +139,6 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
   std::ostringstream me;
   me << net::advertised_address() << ' ' << port << ' ' << where.host << ' ' << where.node << ' ' << getpid() << ' ' << machine_id();
   store->set("saker/rank/" + std::to_string(where.rank), me.str());
-  if (where.rank == 0) {
-    std::random_device rd;
-    std::ostringstream session;
-    session << std::hex << rd() << rd() << '-' << getpid();
-    store->set("saker/session", session.str());
-  }
   store->sync(options.timeout);
   std::vector<PeerInfo> peers(static_cast<std::size_t>(where.size));
   for (int r = 0; r < where.size; ++r) {
@@ -155,7 +149,6 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
                           "another program wrote that key, or an older run's entries remain",
                           "use a fresh store (another port) for each job"));
   }
-  std::string session = store->get("saker/session", options.timeout);
   impl->topo = Topology::from_peers(peers);
   const auto& local = impl->topo.members[static_cast<std::size_t>(impl->topo.node_of[static_cast<std::size_t>(where.rank)])];
   impl->local_rank = static_cast<int>(std::find(local.begin(), local.end(), where.rank) - local.begin());
@@ -164,16 +157,13 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
   impl->timeline = std::make_unique<Timeline>(options.timeline_path, where.rank);
   impl->transport = Core::resolve(options.transport, impl->topo);
   impl->counters = std::make_unique<telemetry::CommCountersPublisher>(where.rank, where.size);
-  std::string shm = "/saker-" + session;
-  impl->user = std::make_unique<Core>(*impl->mesh, impl->topo, 0, shm + "-c0", options, impl->timeline.get());
-  impl->fusion = std::make_unique<Core>(*impl->mesh, impl->topo, 1, shm + "-c1", options, impl->timeline.get());
+  // Each Core's shared-memory segment has a random name that travels over the mesh, not
+  // the store, and is removed from /dev/shm once every local rank mapped it (shm.hpp).
+  impl->user = std::make_unique<Core>(*impl->mesh, impl->topo, 0, options, impl->timeline.get());
+  impl->fusion = std::make_unique<Core>(*impl->mesh, impl->topo, 1, options, impl->timeline.get());
   impl->user->publish_to(impl->counters.get());
   impl->fusion->publish_to(impl->counters.get());
-  // Everyone has mapped its segments once this barrier passes: remove the names so
-  // nothing is left in /dev/shm whatever happens later.
-  impl->user->barrier();
-  impl->user->unlink_shm();
-  impl->fusion->unlink_shm();
+  impl->user->barrier();  // every rank's communicator is complete
   Impl* raw = impl.get();
   impl->worker = std::thread([raw] {
     while (true) {

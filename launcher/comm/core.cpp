@@ -39,8 +39,7 @@ static LinkPlan plan_for(const Mesh& mesh) {
   return plan_links(cores_online(), ranks_on_this_machine(mesh), last_level_cache());
 }
 
-Core::Core(Mesh& mesh, const Topology& topo, int channel, const std::string& shm_name, const Options& options,
-           Timeline* timeline)
+Core::Core(Mesh& mesh, const Topology& topo, int channel, const Options& options, Timeline* timeline)
     : mesh_(mesh), topo_(topo), ring_(mesh, all_ranks(mesh.size()), channel, options.chunk_bytes, plan_for(mesh)),
       timeline_(timeline) {
   int node = topo.node_of[static_cast<std::size_t>(mesh.rank())];
@@ -49,11 +48,7 @@ Core::Core(Mesh& mesh, const Topology& topo, int channel, const std::string& shm
     // Slots shrink as ranks per node grow so the segment stays a few MiB.
     std::size_t slot = std::max<std::size_t>(64 * 1024, (4u << 20) / local.size());
     int stripes = stripes_for_node(cores_online(), ranks_on_this_machine(mesh));
-    // The stripe count in the name: ranks that disagree on it (SAKER_COMM_SHM_STRIPES
-    // set on some only) map different segments and time out naming a rank, instead of
-    // one shrinking the segment under the others.
-    shm_ = std::make_unique<ShmGroup>(mesh, local, shm_name + "-n" + std::to_string(node) + "-s" + std::to_string(stripes),
-                                      slot, stripes, stripe_threads(stripes));
+    shm_ = std::make_unique<ShmGroup>(mesh, local, channel, slot, stripes, stripe_threads(stripes));
   }
   if (topo.leaders.size() > 1 && local.front() == mesh.rank())
     leaders_ = std::make_unique<Ring>(mesh, topo.leaders, channel, options.chunk_bytes, plan_for(mesh));

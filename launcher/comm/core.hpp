@@ -25,8 +25,7 @@ struct Topology {
 
 class Core {
  public:
-  Core(Mesh& mesh, const Topology& topo, int channel, const std::string& shm_name, const Options& options,
-       Timeline* timeline);
+  Core(Mesh& mesh, const Topology& topo, int channel, const Options& options, Timeline* timeline);
 
   // The transport automatic resolves to on this topology; a forced transport that
   // cannot work here (shm across nodes) becomes hierarchical.
@@ -40,7 +39,6 @@ class Core {
   void broadcast(void* data, std::size_t bytes, int root);
   void allgather(const void* send, void* recv, std::size_t bytes);
   void barrier() { ring_.barrier(); }
-  void unlink_shm() { if (shm_) shm_->unlink(); }
   // Where allreduce() adds its bytes and time (SAKER_TELEMETRY_DIR); may stay null.
   void publish_to(telemetry::CommCountersPublisher* counters) { counters_ = counters; }
 

@@ -1,10 +1,13 @@
 #include "launcher/comm/shm.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <immintrin.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,11 +16,14 @@
 #include <cstdint>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
 
 #include "common/error.hpp"
+#include "common/log.hpp"
 #include "launcher/comm/reduce.hpp"
 
 namespace saker::comm {
@@ -84,13 +90,135 @@ bool process_gone(int pid) {
   return paren != std::string::npos && paren + 2 < stat.size() && (stat[paren + 2] == 'Z' || stat[paren + 2] == 'X');
 }
 
+constexpr const char* kPrefix = "/saker-";
+constexpr std::size_t kRandomBytes = 16;  // 128 bits
+
+std::string octal(unsigned mode) {
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "%04o", mode & 07777);
+  return buf;
+}
+
+// The pid a well-formed name carries.
+int creator_pid(const std::string& name) {
+  return std::atoi(name.c_str() + std::strlen(kPrefix));
+}
+
+// What fstat says about a segment that is not the private one we expect, or "".
+std::string mismatch(const struct stat& st, std::size_t bytes) {
+  const unsigned mode = static_cast<unsigned>(st.st_mode) & 07777;
+  if (!S_ISREG(st.st_mode)) return "it is not a regular file";
+  if (st.st_uid != geteuid() || mode != 0600)
+    return "it is owned by uid " + std::to_string(st.st_uid) + " with mode " + octal(mode) + ", not by this user (uid " +
+           std::to_string(geteuid()) + ") with mode 0600: another user may have planted it";
+  if (static_cast<std::size_t>(st.st_size) != bytes)
+    return "it holds " + std::to_string(st.st_size) + " bytes, not " + std::to_string(bytes) +
+           " (do the ranks set different SAKER_COMM_SHM_STRIPES?)";
+  return "";
+}
+
+[[noreturn]] void refuse(const std::string& name, const std::string& why) {
+  throw Error(explain("refusing the shared-memory segment /dev/shm" + name, why,
+                      "remove it (rm /dev/shm" + name + ") and report it to the administrator if you did not make it; "
+                      "SAKER_COMM_TRANSPORT=ring runs without shared memory"));
+}
+
 }  // namespace
 
-ShmGroup::ShmGroup(Mesh& mesh, std::vector<int> members, const std::string& name, std::size_t slot_bytes, int stripes,
+namespace segment {
+
+std::string fresh_name() {
+  unsigned char bits[kRandomBytes];
+  std::size_t got = 0;
+  while (got < sizeof bits) {
+    ssize_t n = getrandom(bits + got, sizeof bits - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      throw Error(explain("cannot draw a random name for the shared-memory segment", std::strerror(errno),
+                          "check that the kernel offers getrandom(2), or set SAKER_COMM_TRANSPORT=ring"));
+    got += static_cast<std::size_t>(n);
+  }
+  std::string name = kPrefix + std::to_string(getpid()) + "-";
+  static const char* hex = "0123456789abcdef";
+  for (unsigned char b : bits) {
+    name += hex[b >> 4];
+    name += hex[b & 15];
+  }
+  return name;
+}
+
+bool well_formed(const std::string& name) {
+  const std::size_t start = std::strlen(kPrefix);
+  if (name.compare(0, start, kPrefix) != 0) return false;
+  const std::size_t dash = name.find('-', start);
+  if (dash == std::string::npos || dash == start || dash - start > 10) return false;
+  if (!std::all_of(name.begin() + static_cast<long>(start), name.begin() + static_cast<long>(dash),
+                   [](char c) { return c >= '0' && c <= '9'; }))
+    return false;
+  const std::string tail = name.substr(dash + 1);
+  return tail.size() == 2 * kRandomBytes &&
+         std::all_of(tail.begin(), tail.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+int create(const std::string& name, std::size_t bytes) {
+  int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    int err = errno;
+    if (err == EEXIST || err == ELOOP) refuse(name, "a file of that name exists already, and a new segment never adopts one");
+    throw Error(explain("cannot create the shared-memory segment /dev/shm" + name, std::strerror(err),
+                        "check free space in /dev/shm, or set SAKER_COMM_TRANSPORT=ring"));
+  }
+  // The umask may have narrowed the mode; the members check for exactly 0600.
+  if (fchmod(fd, 0600) != 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    int err = errno;
+    close(fd);
+    shm_unlink(name.c_str());
+    throw Error(explain("cannot size the shared-memory segment /dev/shm" + name, std::strerror(err),
+                        "check free space in /dev/shm, or set SAKER_COMM_TRANSPORT=ring"));
+  }
+  return fd;
+}
+
+int open_checked(const std::string& name, std::size_t bytes) {
+  int fd = shm_open(name.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0);
+  if (fd < 0) {
+    int err = errno;
+    if (err == ELOOP) refuse(name, "it is a symbolic link");
+    throw Error(explain("cannot open the shared-memory segment /dev/shm" + name, std::strerror(err),
+                        "the rank that made it may have failed: look at its output; or set SAKER_COMM_TRANSPORT=ring"));
+  }
+  struct stat st {};
+  std::string why = fstat(fd, &st) != 0 ? std::string("fstat failed: ") + std::strerror(errno) : mismatch(st, bytes);
+  if (!why.empty()) {
+    close(fd);
+    refuse(name, why);
+  }
+  return fd;
+}
+
+int sweep_stale() {
+  DIR* dir = opendir("/dev/shm");
+  if (!dir) return 0;
+  int removed = 0;
+  while (const dirent* e = readdir(dir)) {
+    const std::string name = std::string("/") + e->d_name;
+    struct stat st {};
+    if (!well_formed(name) || fstatat(dirfd(dir), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    // Only our own files, and only once their creator is gone: a live creator's name
+    // lasts until its members mapped it.
+    if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || !process_gone(creator_pid(name))) continue;
+    if (shm_unlink(name.c_str()) == 0) ++removed;
+  }
+  closedir(dir);
+  return removed;
+}
+
+}  // namespace segment
+
+ShmGroup::ShmGroup(Mesh& mesh, std::vector<int> members, int channel, std::size_t slot_bytes, int stripes,
                    int threads)
     : mesh_(mesh),
       members_(std::move(members)),
-      name_(name),
       // The slot memory is shared among the lanes, so the segment keeps its size.
       slot_bytes_(std::max<std::size_t>(kDirectBytes, slot_bytes / static_cast<std::size_t>(std::max(1, stripes))) /
                   kLine * kLine),
@@ -101,31 +229,73 @@ ShmGroup::ShmGroup(Mesh& mesh, std::vector<int> members, const std::string& name
     throw Error(explain("too many ranks on one node for the shared-memory path (" + std::to_string(members_.size()) + ")",
                         "the segment has room for 256", "set SAKER_COMM_TRANSPORT=ring"));
   index_ = static_cast<int>(it - members_.begin());
+  // Members that disagree on the stripes (SAKER_COMM_SHM_STRIPES set on some only) expect
+  // other sizes: open_checked() refuses the segment instead of one rank overrunning it.
   map_bytes_ = lanes_.size() * (header_bytes() + 2 * members_.size() * slot_bytes_);
-  int fd = shm_open(name_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (fd < 0 || ftruncate(fd, static_cast<off_t>(map_bytes_)) != 0) {
-    int err = errno;
-    if (fd >= 0) close(fd);
-    throw Error(explain("cannot create the shared-memory segment /dev/shm" + name_, std::strerror(err),
-                        "check free space in /dev/shm, or set SAKER_COMM_TRANSPORT=ring"));
-  }
-  void* p = mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (p == MAP_FAILED)
-    throw Error(explain("cannot map /dev/shm" + name_, std::strerror(errno), "set SAKER_COMM_TRANSPORT=ring"));
-  base_ = static_cast<char*>(p);
+  map_segment(channel);
   threads_ = std::make_unique<Lanes>(std::clamp(threads, 1, static_cast<int>(lanes_.size())));
 }
 
 ShmGroup::~ShmGroup() {
   threads_.reset();  // no lane runs past here
   if (base_) munmap(base_, map_bytes_);
-  if (!unlinked_ && index_ == 0) shm_unlink(name_.c_str());
 }
 
-void ShmGroup::unlink() {
-  if (index_ == 0 && !unlinked_) shm_unlink(name_.c_str());
-  unlinked_ = true;
+void ShmGroup::map_segment(int channel) {
+  const bool creator = index_ == 0;
+  int fd = -1;
+  try {
+    fd = share_name(channel);
+    void* p = mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    int err = errno;
+    close(fd);
+    fd = -1;
+    if (p == MAP_FAILED)
+      throw Error(explain("cannot map /dev/shm" + name_, std::strerror(err), "set SAKER_COMM_TRANSPORT=ring"));
+    base_ = static_cast<char*>(p);
+    barrier(0, "mapping the shared-memory segment");  // every member has it mapped now
+  } catch (...) {
+    if (fd >= 0) close(fd);
+    if (base_) munmap(base_, map_bytes_);
+    base_ = nullptr;
+    if (creator && !name_.empty()) shm_unlink(name_.c_str());
+    throw;
+  }
+  // The mappings stay; the name goes, so that nothing is left in /dev/shm whatever happens.
+  if (creator) shm_unlink(name_.c_str());
+}
+
+// The name travels as a fixed-size, NUL-padded record over the (authenticated) mesh link.
+int ShmGroup::share_name(int channel) {
+  constexpr std::size_t kRecord = 64;
+  const int link_channel = kNameChannel + channel;
+  auto deadline = net::deadline_in(mesh_.timeout());
+  if (index_ == 0) {
+    if (int swept = segment::sweep_stale(); swept > 0)
+      log::info("comm: removed " + std::to_string(swept) + " shared-memory segment(s) that killed ranks left in /dev/shm");
+    std::string name = segment::fresh_name();
+    int fd = segment::create(name, map_bytes_);
+    name_ = name;  // set only once it is ours: a failure removes only a segment we made
+    try {
+      char record[kRecord] = {};
+      std::memcpy(record, name_.data(), std::min(name_.size(), kRecord - 1));
+      for (std::size_t j = 1; j < members_.size(); ++j) {
+        int peer = members_[j];
+        net::send_all(mesh_.link(peer, link_channel), record, kRecord, deadline, mesh_.who(peer));
+      }
+    } catch (...) {
+      close(fd);
+      throw;
+    }
+    return fd;
+  }
+  char record[kRecord] = {};
+  net::recv_all(mesh_.link(members_[0], link_channel), record, kRecord, deadline, mesh_.who(members_[0]));
+  name_.assign(record, strnlen(record, kRecord));
+  if (!segment::well_formed(name_))
+    throw Error(explain("refusing the shared-memory segment name that " + mesh_.who(members_[0]) + " sent",
+                        "it is not of the form /saker-PID-HEX", "use the same Saker version on every rank"));
+  return segment::open_checked(name_, map_bytes_);
 }
 
 // The segment: all lanes' flags first, then each lane's two slot sets.

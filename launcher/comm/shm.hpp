@@ -40,12 +40,39 @@ class StoreChoice : public TimedChoice {
   bool streaming(std::size_t bytes) const { return second(bytes); }
 };
 
+// The segment's file in /dev/shm. Another user on the node can create a file there under
+// any name it can guess, and learn names from the rendezvous store. So the node's first
+// member creates the segment with O_CREAT|O_EXCL|O_NOFOLLOW, mode 0600, under a name
+// with 128 random bits, and tells the others the name over its mesh links (not the
+// store, which may be torch's and readable); they use it only if it is still a regular
+// file of their own uid, mode 0600, of the expected size. The name is removed as soon
+// as every member mapped it, so a rank killed later leaves nothing behind; what a
+// creator killed before that left is swept by the next group created on the node.
+namespace segment {
+// "/saker-PID-HEX": the creator's pid (for the sweep) and 32 hex digits from getrandom().
+std::string fresh_name();
+bool well_formed(const std::string& name);
+// The creator's side: a new private segment of `bytes`; never adopts an existing name.
+// Returns its descriptor; throws saker::Error naming the segment.
+int create(const std::string& name, std::size_t bytes);
+// A member's side: the segment, refused (saker::Error naming it, the owner and mode found
+// and the fix) unless it is a regular file owned by this uid, mode 0600, `bytes` long.
+int open_checked(const std::string& name, std::size_t bytes);
+// Removes this uid's well-formed segments whose creator process is gone; returns how many.
+int sweep_stale();
+}  // namespace segment
+
 class ShmGroup {
  public:
-  // members: global ranks on this node in local order; name: unique per session+node;
-  // stripes: how many stripes a large allreduce is cut into, the same on every member
-  // (stripes_for_node, tuning.hpp); threads: how many of them this rank runs at once.
-  ShmGroup(Mesh& mesh, std::vector<int> members, const std::string& name, std::size_t slot_bytes, int stripes = 1,
+  // Channels at and above this carry the segment's name between the members (below it:
+  // the rings', see Ring::channel_between).
+  static constexpr int kNameChannel = 128;
+
+  // members: global ranks on this node in local order; channel: this group's own (the
+  // name travels on kNameChannel + channel); stripes: how many stripes a large allreduce
+  // is cut into, the same on every member (stripes_for_node, tuning.hpp); threads: how
+  // many of them this rank runs at once. Returns once every member mapped the segment.
+  ShmGroup(Mesh& mesh, std::vector<int> members, int channel, std::size_t slot_bytes, int stripes = 1,
            int threads = 1);
   ~ShmGroup();
   ShmGroup(const ShmGroup&) = delete;
@@ -54,8 +81,6 @@ class ShmGroup {
   int size() const { return static_cast<int>(members_.size()); }
   int index() const { return index_; }
   int stripes() const { return static_cast<int>(lanes_.size()); }
-  // Removes the name from /dev/shm (the mapping stays); call once everyone mapped it.
-  void unlink();
 
   void allreduce(void* data, std::size_t count, DataType type, ReduceOp op);
   void broadcast(void* data, std::size_t bytes, int root_index);
@@ -66,6 +91,10 @@ class ShmGroup {
     std::uint64_t phase = 0;
     int set = 0;
   };
+  // Creates (first member) or opens the segment, maps it, and removes its name once
+  // every member mapped it. Throws saker::Error; nothing stays in /dev/shm then either.
+  void map_segment(int channel);
+  int share_name(int channel);  // the descriptor of the segment whose name it shares
   void barrier(int lane, const char* during);
   char* slot(int lane, int set, int who) const;
   void allreduce_stripe(int lane, char* data, std::size_t count, DataType type, ReduceOp op, bool streaming);
@@ -79,7 +108,6 @@ class ShmGroup {
   char* base_ = nullptr;
   std::vector<Lane> lanes_;
   std::unique_ptr<Lanes> threads_;
-  bool unlinked_ = false;
   StoreChoice stores_;
 };
 
