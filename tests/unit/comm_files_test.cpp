@@ -238,6 +238,43 @@ TEST_CASE("shm: a segment whose creator was killed before its members mapped it 
   CHECK(stat(("/dev/shm" + live).c_str(), &st) == 0);
 }
 
+TEST_CASE("shm: a rank killed after the start leaves nothing in /dev/shm", "[comm][shm]") {
+  TcpStoreServer server(0, test::quick_options(), "127.0.0.1");  // the store API takes the job key (handshake)
+  const std::string dir = "/tmp/saker-comm-files-" + std::to_string(getpid());
+  REQUIRE(mkdir(dir.c_str(), 0700) == 0);
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 2; ++r) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      try {
+        Options o = test::quick_options();
+        o.transport = Transport::shm;
+        auto c = Communicator::create(make_tcp_store("127.0.0.1", server.port(), o), Placement{r, 2, "node0", "host0", -1}, o);
+        std::vector<float> v(256 * 1024, 1.0f);
+        c->allreduce(v.data(), v.size(), DataType::f32);
+        std::ofstream(dir + "/ready." + std::to_string(r)) << "ok";
+        while (true) c->allreduce(v.data(), v.size(), DataType::f32);
+      } catch (...) {
+      }
+      _exit(0);
+    }
+    pids.push_back(pid);
+  }
+  auto ready = [&] {
+    struct stat st {};
+    return stat((dir + "/ready.0").c_str(), &st) == 0 && stat((dir + "/ready.1").c_str(), &st) == 0;
+  };
+  for (int i = 0; i < 600 && !ready(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CHECK(ready());
+  kill(pids[1], SIGKILL);  // the member
+  kill(pids[0], SIGKILL);  // and the segments' creator
+  for (pid_t p : pids) waitpid(p, nullptr, 0);
+  CHECK(entries_of(pids[0]) == 0);
+  CHECK(entries_of(pids[1]) == 0);
+  for (const char* f : {"/ready.0", "/ready.1"}) unlink((dir + f).c_str());
+  rmdir(dir.c_str());
+}
+
 namespace {
 
 mode_t mode_of(const std::string& path) {
