@@ -383,8 +383,9 @@ std::string peer_address(int fd) {
 
 void log_refused(const std::string& where, const std::string& address, const std::string& why) {
   static std::mutex mu;
-  static std::map<std::string, std::pair<std::chrono::steady_clock::time_point, long>> seen;  // host -> last log, dropped
-  std::string host = address.substr(0, address.rfind(':'));  // an attacker changes ports freely
+  static std::map<std::string, std::pair<std::chrono::steady_clock::time_point, long>> seen;  // -> last log, dropped
+  // Per listener and host: an attacker changes ports freely.
+  std::string host = where + " " + address.substr(0, address.rfind(':'));
   auto now = std::chrono::steady_clock::now();
   long dropped = 0;
   {

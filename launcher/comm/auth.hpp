@@ -150,7 +150,7 @@ Claim recv_claim(int fd, std::int32_t world_size, net::Deadline d, const std::st
 
 // "a.b.c.d:port" of a connected socket's peer (for logs).
 std::string peer_address(int fd);
-// Logs a refused connection at most once per address per minute (and counts the rest).
+// Logs a refused connection at most once a minute per listener and host (and counts the rest).
 void log_refused(const std::string& where, const std::string& address, const std::string& why);
 
 }  // namespace saker::comm::auth

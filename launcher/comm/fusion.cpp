@@ -1,6 +1,7 @@
 #include "launcher/comm/fusion.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <deque>
 #include <set>
@@ -12,21 +13,7 @@
 #include "launcher/comm/reduce.hpp"
 
 namespace saker::comm {
-namespace {
-
-struct Spec {
-  std::size_t count;
-  int type, op;
-  bool operator==(const Spec&) const = default;
-};
-
-struct RankList {
-  bool stop = false;
-  bool joined = false;
-  std::vector<std::pair<std::string, Spec>> items;  // submission order
-  std::map<std::string, Spec> by_name;
-  std::set<std::string> expired;  // stalled past stall_abort on this rank
-};
+namespace fusion_wire {
 
 // One line per pending tensor: name \x1f count \x1f type \x1f op \x1f expired. The first
 // line holds the stop flag, then J when the rank has joined. Names may hold anything but
@@ -41,27 +28,67 @@ std::string encode(bool stop, bool joined, const std::vector<std::pair<std::stri
   return s;
 }
 
-RankList decode(std::string_view text) {
+namespace {
+
+template <class T>
+T field(std::string_view line, std::size_t from, std::size_t to, const std::string& who) {
+  T v{};
+  auto [end, ec] = std::from_chars(line.data() + from, line.data() + to, v);
+  if (ec != std::errc() || end != line.data() + to)
+    throw Error(explain("the fusion negotiation from " + who + " is malformed",
+                        "a count, type or op is not a number in range",
+                        "every rank must run the same Saker version; a rank that sends this is broken or not ours"));
+  return v;
+}
+
+}  // namespace
+
+RankList decode(std::string_view text, const std::string& from) {
   RankList out;
-  std::istringstream in{std::string(text)};
-  std::string line;
-  std::getline(in, line);
-  out.stop = line.starts_with("S1");
-  out.joined = line.size() > 2 && line[2] == 'J';
-  while (std::getline(in, line)) {
+  auto nl = text.find('\n');
+  std::string_view head = text.substr(0, nl);
+  out.stop = head.starts_with("S1");
+  out.joined = head.size() > 2 && head[2] == 'J';
+  while (nl != std::string_view::npos && nl + 1 < text.size()) {
+    std::size_t start = nl + 1;
+    nl = text.find('\n', start);
+    std::string_view line = text.substr(start, nl == std::string_view::npos ? std::string_view::npos : nl - start);
     auto a = line.find('\x1f'), b = line.find('\x1f', a + 1), c = line.find('\x1f', b + 1);
-    auto e = line.find('\x1f', c + 1);
-    if (e == std::string::npos) continue;
-    Spec s{std::stoull(line.substr(a + 1, b - a - 1)), std::stoi(line.substr(b + 1, c - b - 1)),
-           std::stoi(line.substr(c + 1, e - c - 1))};
-    const std::string name = line.substr(0, a);
+    auto e = c == std::string_view::npos ? c : line.find('\x1f', c + 1);
+    if (e == std::string_view::npos) continue;
+    Spec s{field<std::size_t>(line, a + 1, b, from), field<int>(line, b + 1, c, from), field<int>(line, c + 1, e, from)};
+    if (s.type < 0 || s.type > static_cast<int>(DataType::i64) || s.op < 0 || s.op > static_cast<int>(ReduceOp::avg) ||
+        s.count > kMaxTensorBytes / size_of(static_cast<DataType>(s.type)))
+      throw Error(explain("the fusion negotiation from " + from + " names a tensor of type " + std::to_string(s.type) +
+                              ", op " + std::to_string(s.op) + " and " + std::to_string(s.count) + " elements",
+                          "types are 0-5, ops 0-3, and a tensor holds at most 1 TiB",
+                          "every rank must run the same Saker version; a rank that sends this is broken or not ours"));
+    const std::string name(line.substr(0, a));
     out.items.emplace_back(name, s);
     out.by_name[name] = s;
-    if (line.compare(e + 1, std::string::npos, "1") == 0) out.expired.insert(name);
+    if (line.substr(e + 1) == "1") out.expired.insert(name);
   }
   return out;
 }
 
+std::size_t checked_width(const std::vector<std::uint64_t>& lens, const std::function<std::string(int)>& who) {
+  std::size_t width = 0;
+  for (std::size_t r = 0; r < lens.size(); ++r) {
+    if (lens[r] > kMaxListBytes)
+      throw Error(explain(who(static_cast<int>(r)) + " announced a fusion negotiation of " + std::to_string(lens[r]) +
+                              " bytes",
+                          "a pending list holds at most 64 MiB (over half a million tensors)",
+                          "every rank must run the same Saker version; a rank that sends this is broken or not ours"));
+    width = std::max<std::size_t>(width, lens[r]);
+  }
+  return width;
+}
+
+}  // namespace fusion_wire
+
+namespace {
+using fusion_wire::RankList;
+using fusion_wire::Spec;
 }  // namespace
 
 FusionEngine::FusionEngine(Communicator::Impl& comm) : comm_(comm) {
@@ -218,12 +245,11 @@ FusionEngine::Outcome FusionEngine::cycle() {
     for (const auto& [name, since] : partial_since_)
       if (now - since >= comm_.options.stall_abort) expired.insert(name);
   }
-  std::string text = encode(stop, joining, mine, expired);
+  std::string text = fusion_wire::encode(stop, joining, mine, expired);
   std::uint64_t len = text.size();
   std::vector<std::uint64_t> lens(static_cast<std::size_t>(n));
   core.allgather(&len, lens.data(), sizeof len);
-  std::size_t width = 0;
-  for (auto l : lens) width = std::max<std::size_t>(width, l);
+  const std::size_t width = fusion_wire::checked_width(lens, [&](int r) { return comm_.mesh->who(r); });
   text.resize(width, '\0');
   std::vector<char> all(width * static_cast<std::size_t>(n));
   core.allgather(text.data(), all.data(), width);
@@ -231,7 +257,9 @@ FusionEngine::Outcome FusionEngine::cycle() {
   std::vector<bool> joined;
   bool all_stop = true, any_pending = false;
   for (int r = 0; r < n; ++r) {
-    lists.push_back(decode(std::string_view(all.data() + static_cast<std::size_t>(r) * width, lens[static_cast<std::size_t>(r)])));
+    lists.push_back(fusion_wire::decode(
+        std::string_view(all.data() + static_cast<std::size_t>(r) * width, lens[static_cast<std::size_t>(r)]),
+        comm_.mesh->who(r)));
     all_stop = all_stop && lists.back().stop;
     any_pending = any_pending || !lists.back().items.empty();
     joined.push_back(lists.back().joined);
