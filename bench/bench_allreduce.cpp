@@ -44,6 +44,7 @@
 #include "bench/bench_allreduce_bound.hpp"
 #include "bench/bench_allreduce_model.hpp"
 #include "common/reserved_port.hpp"
+#include "launcher/comm/auth.hpp"
 #include "saker/comm.hpp"
 
 namespace {
@@ -258,6 +259,9 @@ void model_report(FILE* out, const std::map<std::string, Measured>& measured, co
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--worker") == 0) return worker();
   if (argc > 1 && std::strcmp(argv[1], "--worker-bound") == 0) return bench::bound_worker();
+  // The ranks prove a job key to each other (saker-comm(3), AUTHENTICATION): one per run,
+  // inherited through the environment, never on a command line.
+  if (!std::getenv("SAKER_JOB_KEY")) setenv("SAKER_JOB_KEY", saker::comm::auth::JobKey::generate().hex().c_str(), 1);
   bool quick = false, bind_core = false;
   int rounds = 3;
   std::string report;

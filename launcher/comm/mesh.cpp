@@ -105,8 +105,10 @@ void Mesh::serve_incoming(net::Fd& fd) {
       claim = auth::recv_claim(fd.get(), size(), d, what);
       if (!mesh_kind(claim.kind) || claim.server_rank != rank_) throw auth::Refused("not a connection for this rank");
     }
-    if (claim.client_rank < 0 || claim.client_rank == rank_)
-      throw auth::Refused("it claims rank " + std::to_string(claim.client_rank));
+    // Links are opened by the lower rank (link()), so a higher one never offers one.
+    if (claim.client_rank < 0 || claim.client_rank == rank_ || (claim.kind == auth::Kind::link && claim.client_rank > rank_))
+      throw auth::Refused("it claims rank " + std::to_string(claim.client_rank) + " for a " + auth::name_of(claim.kind) +
+                          " connection to rank " + std::to_string(rank_));
     if (claim.kind == auth::Kind::abort) {
       std::uint32_t len = 0;
       net::recv_all(fd.get(), &len, 4, d, what);

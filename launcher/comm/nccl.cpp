@@ -135,7 +135,13 @@ NcclPlan NcclBackend::plan(Communicator::Impl& c) {
 NcclBackend::NcclBackend(Communicator::Impl& c, int device) : device_(device) {
   const int rank = c.where.rank, size = c.where.size;
   make_current();
-  // The unique id travels over our own ring: no second rendezvous.
+  // The unique id travels over our own ring: no second rendezvous, and never through a
+  // store. Our links proved the job key (auth.hpp) and shared memory is this user's
+  // 0600 segment, so only the job's ranks learn it (with transit encrypt it is also
+  // sealed between nodes). NCCL's own traffic gets none of this: its bootstrap and data
+  // connections are neither authenticated nor encrypted, so anyone on the network who
+  // learns or guesses its ports can connect to them and read or alter tensors (see
+  // saker-comm(3), AUTHENTICATION). Keeping the id secret only makes that harder.
   ncclUniqueId id{};
   if (rank == 0) check(ncclGetUniqueId(&id), "ncclGetUniqueId");
   c.user->broadcast(&id, sizeof id, 0);
