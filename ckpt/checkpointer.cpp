@@ -128,10 +128,10 @@ struct Checkpointer::Impl {
 
 Checkpointer::Checkpointer(fs::path dir, Options options)
     : dir_(std::move(dir)), options_(std::move(options)), impl_(std::make_unique<Impl>()) {
+  commit::make_directories(dir_, directory_mode(options_.access));
   std::error_code ec;
-  fs::create_directories(dir_, ec);
-  if (ec || !fs::is_directory(dir_))
-    throw Error(explain("checkpoint directory " + dir_.string() + " cannot be created", ec ? ec.message() : "not a directory",
+  if (!fs::is_directory(dir_, ec))
+    throw Error(explain("checkpoint directory " + dir_.string() + " cannot be created", "not a directory",
                         "check the path and permissions"));
   if (!options_.key_file.empty()) impl_->key = crypto::load_key(options_.key_file);
   commit::remove_stale_temps(dir_, options_.stale_temp_age);
@@ -196,6 +196,7 @@ SaveReport Checkpointer::Impl::write(const fs::path& dir, const Options& options
   bool ok = false;
   manifest::Manifest m;
   try {
+    commit::create_private(temp, file_mode(options.access));  // HDF5 then truncates it: the mode stays
     m = format::write_file(temp, meta, shard, linked, key ? &*key : nullptr);
     report.bytes = format::tensor_bytes(m);
     if (st.rank != 0) {
@@ -243,7 +244,7 @@ SaveReport Checkpointer::Impl::write(const fs::path& dir, const Options& options
       throw;
     }
     commit::publish(temp, final_path);
-    commit::write_latest(dir, final_path.filename().string());
+    commit::write_latest(dir, final_path.filename().string(), file_mode(options.access));
     report.committed = true;
     ckpt::prune(dir, options.keep_last, options.keep_every);
   }

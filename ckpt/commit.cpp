@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -49,6 +50,37 @@ bool is_temp_name(const std::string& filename) {
   return !filename.empty() && filename[0] == '.' && filename.find(kTempMarker) != std::string::npos;
 }
 
+void create_private(const fs::path& path, unsigned mode) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, static_cast<mode_t>(mode));
+  if (fd < 0) io_error("cannot create", path, errno);
+  if (::fchmod(fd, static_cast<mode_t>(mode)) != 0) {
+    const int err = errno;
+    ::close(fd);
+    ::unlink(path.c_str());
+    io_error("cannot set the mode of", path, err);
+  }
+  ::close(fd);
+}
+
+void make_directories(const fs::path& dir, unsigned mode) {
+  std::error_code ec;
+  if (dir.empty() || fs::is_directory(dir, ec)) return;
+  if (dir.has_parent_path() && dir.parent_path() != dir) make_directories(dir.parent_path(), mode);
+  if (::mkdir(dir.c_str(), static_cast<mode_t>(mode)) != 0) {
+    if (errno == EEXIST && fs::is_directory(dir, ec)) return;  // another rank made it first
+    throw Error(explain("checkpoint directory " + dir.string() + " cannot be created", std::strerror(errno),
+                        "check the path and permissions"));
+  }
+  // Against the umask: exactly the mode asked for (a racing rank's mkdir has the same one).
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0 || ::fchmod(fd, static_cast<mode_t>(mode)) != 0) {
+    const int err = errno;
+    if (fd >= 0) ::close(fd);
+    io_error("cannot set the mode of", dir, err);
+  }
+  ::close(fd);
+}
+
 void fsync_path(const fs::path& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) io_error("cannot open for fsync", path, errno);
@@ -68,11 +100,12 @@ void publish(const fs::path& temp, const fs::path& final_path) {
   fsync_path(final_path.parent_path().empty() ? fs::path(".") : final_path.parent_path());
 }
 
-void write_latest(const fs::path& dir, const std::string& filename) {
+void write_latest(const fs::path& dir, const std::string& filename, unsigned mode) {
   const fs::path final_path = dir / kLatestName;
   const fs::path temp = temp_path_for(final_path);
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) io_error("cannot create", temp, errno);
+  create_private(temp, mode);
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) io_error("cannot open", temp, errno);
   const std::string text = filename + "\n";
   const ssize_t n = ::write(fd, text.data(), text.size());
   const int err = errno;

@@ -19,13 +19,21 @@ namespace saker::ckpt::commit {
 std::filesystem::path temp_path_for(const std::filesystem::path& final_path);
 bool is_temp_name(const std::string& filename);
 
+// A new, empty file of this user with exactly `mode` (ckpt::file_mode): O_CREAT|O_EXCL|
+// O_NOFOLLOW, so never a file or a symbolic link someone else planted, then fchmod against
+// the umask. Writers (HDF5 included) open it afterwards; the mode stays. Throws saker::Error.
+void create_private(const std::filesystem::path& path, unsigned mode);
+// Creates `dir` and its missing parents with exactly `mode` (ckpt::directory_mode);
+// directories that exist are left as they are. Throws saker::Error naming the directory.
+void make_directories(const std::filesystem::path& dir, unsigned mode);
+
 void fsync_path(const std::filesystem::path& path);  // a regular file or a directory
 // fsync(temp), rename(temp, final), fsync(directory).
 void publish(const std::filesystem::path& temp, const std::filesystem::path& final_path);
 
 // The "latest" pointer: a small file named `latest` holding the main file's name.
 inline constexpr const char* kLatestName = "latest";
-void write_latest(const std::filesystem::path& dir, const std::string& filename);
+void write_latest(const std::filesystem::path& dir, const std::string& filename, unsigned mode);
 std::optional<std::string> read_latest(const std::filesystem::path& dir);
 
 // Removes temporaries whose writer is gone: same host and the pid is dead, or another host

@@ -1,6 +1,7 @@
 // Inspection for tools: metadata without reading data (describe), and full verification.
 #include <sys/stat.h>
 
+#include <cstdio>
 #include <optional>
 
 #include "ckpt/format.hpp"
@@ -10,6 +11,22 @@
 
 namespace saker::ckpt {
 namespace fs = std::filesystem;
+
+std::vector<std::string> exposure_warnings(const DestinationGuard& guard, const fs::path& main_file) {
+  std::vector<std::string> lines;
+  format::Reader reader(main_file);
+  if (!guard.restricted(reader.meta().lineage)) return lines;
+  for (const fs::path& f : reader.files()) {
+    struct stat st {};
+    if (::stat(f.c_str(), &st) != 0 || (st.st_mode & 077) == 0) continue;
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode) & 07777);
+    lines.push_back(f.string() + ": mode " + mode + " lets " + ((st.st_mode & 07) != 0 ? "every user" : "its group") +
+                    " read a checkpoint of restricted data (lineage " + format_lineage(reader.meta().lineage) +
+                    "); fix: chmod 600 " + f.string());
+  }
+  return lines;
+}
 
 CheckpointInfo describe(const fs::path& file) {
   std::uint64_t step = 0;

@@ -31,4 +31,9 @@ bool PolicyGuard::require_encryption(const std::vector<DatasetVersion>& lineage)
   return policy_->encryption_required(to_dataset_refs(lineage));
 }
 
+bool PolicyGuard::restricted(const std::vector<DatasetVersion>& lineage) const {
+  const auto refs = to_dataset_refs(lineage);
+  return policy_->encryption_required(refs) || policy_->transit_encryption_required(refs);
+}
+
 }  // namespace saker::ckpt

@@ -29,6 +29,9 @@ class PolicyGuard final : public DestinationGuard {
   // policy file. Audit-mode refusals are logged as warnings and allowed.
   void check(const std::filesystem::path& dir, const std::vector<DatasetVersion>& lineage) const override;
   bool require_encryption(const std::vector<DatasetVersion>& lineage) const override;
+  // A classification that demands encrypted checkpoints or encrypted transit, or a dataset
+  // the policy does not know (fail closed, as for encryption).
+  bool restricted(const std::vector<DatasetVersion>& lineage) const override;
 
   const policy::Policy& policy() const { return *policy_; }
 

@@ -78,6 +78,16 @@ const Tensor* State::find(std::string_view name) const {
   return it == tensors.end() ? nullptr : &*it;
 }
 
+Access parse_access(std::string_view mode) {
+  if (mode.empty() || mode == "0600" || mode == "600") return Access::owner;
+  if (mode == "0640" || mode == "640") return Access::group;
+  throw Error(explain("bad checkpoint mode '" + std::string(mode) + "'", "checkpoints are written 0600, or 0640 by choice",
+                      "give 0600 or 0640 (SAKER_CKPT_MODE, saker-train --ckpt-mode)"));
+}
+
+unsigned file_mode(Access a) { return a == Access::group ? 0640u : 0600u; }
+unsigned directory_mode(Access a) { return a == Access::group ? 0750u : 0700u; }
+
 std::vector<DatasetVersion> parse_lineage(std::string_view text) {
   std::vector<DatasetVersion> out;
   std::size_t pos = 0;

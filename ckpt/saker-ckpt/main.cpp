@@ -47,7 +47,9 @@ const char* kUsageText =
     "verify  reads every shard of every checkpoint given (a directory: all of them) and checks\n"
     "        every checksum; no key is needed, checksums cover the stored bytes. With --policy,\n"
     "        also checks that each checkpoint's lineage may be stored where it is, and\n"
-    "        encrypted when the policy requires it (REFUSED and why otherwise).\n"
+    "        encrypted when the policy requires it (REFUSED and why otherwise), and warns\n"
+    "        (WARNING, exit code unchanged) when group or others may read a checkpoint file\n"
+    "        whose lineage holds restricted data.\n"
     "prune   keeps the newest K checkpoints that verify plus every verified checkpoint whose step\n"
     "        is a multiple of M, and removes the rest with their shard files. Damaged checkpoints\n"
     "        never count toward K; the newest verified one is always kept, and damaged ones newer\n"
@@ -213,6 +215,13 @@ std::string policy_problem(const ck::DestinationGuard& guard, const fs::path& fi
   return {};
 }
 
+// A checkpoint of restricted data (by the site policy) that group or others may read: one
+// warning line per such file, the exit code unchanged. Written 0600 by default, so this is
+// a copy, a chmod, or a save with the explicit 0640 choice.
+void warn_if_readable(const ck::DestinationGuard& guard, const fs::path& file) {
+  for (const std::string& line : ck::exposure_warnings(guard, file)) std::printf("WARNING  %s\n", line.c_str());
+}
+
 int cmd_verify(const std::vector<std::string>& targets, bool progress, const ck::DestinationGuard* guard,
                const std::string& key_file) {
   int rc = kOk;
@@ -238,6 +247,7 @@ int cmd_verify(const std::vector<std::string>& targets, bool progress, const ck:
         std::printf("DAMAGED  %s: %s\n", f.c_str(), v.problem.c_str());
         rc = kDamaged;
       }
+      if (v.ok && guard != nullptr) warn_if_readable(*guard, f);
       std::fflush(stdout);  // each verdict is out before the next (possibly long) check
     }
   }

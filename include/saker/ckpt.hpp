@@ -125,6 +125,9 @@ class DestinationGuard {
   virtual void check(const std::filesystem::path& dir, const std::vector<DatasetVersion>& lineage) const = 0;
   // True when the lineage holds data that may only be stored encrypted.
   virtual bool require_encryption(const std::vector<DatasetVersion>& lineage) const = 0;
+  // True when the lineage holds restricted data, whose checkpoints only their owner should
+  // read (saker-ckpt verify warns about group- or world-readable ones).
+  virtual bool restricted(const std::vector<DatasetVersion>& lineage) const { return require_encryption(lineage); }
 };
 
 // A save the guard refuses: retrying will not help until the destination, the key or the
@@ -164,6 +167,16 @@ enum class ReadCache : std::uint8_t {
   drop,
 };
 
+// Who may read what a Checkpointer writes. owner, the default: files (temporary ones,
+// shards, manifests and the "latest" pointer included) 0600 and the directories it creates
+// 0700. group, only by explicit choice (SAKER_CKPT_MODE=0640, saker-train --ckpt-mode,
+// saker.torch's mode=): 0640 and 0750. The umask cannot widen either, nor narrow it.
+enum class Access : std::uint8_t { owner, group };
+// "0600" (or "") -> owner, "0640" -> group; throws saker::Error naming `mode` otherwise.
+Access parse_access(std::string_view mode);
+unsigned file_mode(Access a);       // 0600 or 0640
+unsigned directory_mode(Access a);  // 0700 or 0750
+
 struct Options {
   std::string run_id;  // for states with an empty run_id (see State::run_id)
   std::uint32_t keep_last = 3;   // keep the newest K checkpoints (0: keep all)
@@ -176,6 +189,7 @@ struct Options {
   // other hosts (shared filesystems) once older than this.
   std::chrono::seconds stale_temp_age{3600};
   ReadCache read_cache = ReadCache::automatic;
+  Access access = Access::owner;
 };
 
 // ---------------------------------------------------------------- saving and loading
@@ -303,6 +317,12 @@ using Progress = std::function<void(std::uint64_t done, std::uint64_t total)>;
 // tensor's decryption (what an encrypted resume checks). Never throws for a damaged file.
 Verdict verify(const std::filesystem::path& file, const Progress& progress = {},
                const std::filesystem::path& key_file = {});
+
+// saker-ckpt verify's warning: when `guard` calls the lineage of the checkpoint `main_file`
+// restricted, one line for each of its files (main and shards) that group or others may
+// read, naming the file, its mode and the fix; empty otherwise. Throws saker::Error when
+// the main file is not a readable checkpoint.
+std::vector<std::string> exposure_warnings(const DestinationGuard& guard, const std::filesystem::path& main_file);
 
 // The step a main file's name says (ckpt-<step>.h5); 0 for any other name.
 std::uint64_t step_in_name(const std::filesystem::path& main_file);

@@ -85,6 +85,7 @@ int run_training(const std::vector<std::string>& args) {
   TrainConfig cfg;
   std::string data_path, layers = "64,64", ckpt_dir = env_or("SAKER_CKPT_DIR", "");
   std::string policy_file = env_or("SAKER_POLICY", ""), key_file = env_or("SAKER_CKPT_KEY", "");
+  std::string ckpt_mode = env_or("SAKER_CKPT_MODE", "0600");
   std::string lineage = env_or("SLURM_SPANK_SAKER_DATASETS", env_or("SAKER_DATASETS", ""));
   std::string device = env_or("SAKER_TRAIN_DEVICE", "auto");
   unsigned keep = 3;
@@ -112,6 +113,8 @@ int run_training(const std::vector<std::string>& args) {
                                                                  "train from step 0 instead of exiting 79")
       ("ckpt-key", po::value<std::string>(&key_file), "AES-256 key file (mode 0600) encrypting checkpoints "
                                                       "(default: $SAKER_CKPT_KEY; none: unencrypted)")
+      ("ckpt-mode", po::value<std::string>(&ckpt_mode), "checkpoint files 0600 (directories 0700), or 0640 (0750) "
+                                                        "for the group to read (default: $SAKER_CKPT_MODE, else 0600)")
       ("policy", po::value<std::string>(&policy_file), "site policy (saker-policy.yaml(5)) every checkpoint save "
                                                        "must pass: residency of the lineage, encryption "
                                                        "(default: $SAKER_POLICY; none: no rule)")
@@ -158,6 +161,7 @@ int run_training(const std::vector<std::string>& args) {
     so.keep_last = keep;
     so.lineage = lineage;
     so.key_file = key_file;
+    so.mode = ckpt_mode;
     so.allow_fresh_start = allow_fresh_start;
     if (!policy_file.empty()) so.guard = saker::ckpt::PolicyGuard::from_file(policy_file);
     store = std::make_unique<CkptStore>(so, *reducer);

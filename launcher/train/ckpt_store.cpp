@@ -34,6 +34,7 @@ CkptStore::CkptStore(const CkptStoreOptions& o, Reducer& reducer)
   ckpt::Options options;
   options.keep_last = o.keep_last;
   options.key_file = o.key_file;
+  options.access = ckpt::parse_access(o.mode);
   options.guard = o.guard;
   // Synchronous saves run on the training thread, so the communicator may serve as
   // the barrier: the sum of "my shard failed" flags must be zero on every rank.

@@ -24,6 +24,7 @@ struct CkptStoreOptions {
   unsigned keep_last = 3;
   std::string lineage;   // "name@version,..." (may be empty)
   std::string key_file;  // AES-256 key, mode 0600; empty: unencrypted
+  std::string mode = "0600";  // of the files: 0600, or 0640 by explicit choice (ckpt::parse_access)
   // The residency/encryption rule (ckpt::PolicyGuard); null: none. Checked once here,
   // before the directory is created, and again by every save.
   std::shared_ptr<const ckpt::DestinationGuard> guard;

@@ -59,9 +59,10 @@ class PyCheckpointer {
  public:
   PyCheckpointer(const std::string& dir, std::uint32_t rank, std::uint32_t world, std::uint32_t keep_last,
                  std::uint64_t keep_every, const std::string& key_file, const std::string& policy_file,
-                 const std::string& lineage, std::function<bool(bool)> barrier)
+                 const std::string& lineage, std::function<bool(bool)> barrier, const std::string& mode)
       : rank_(rank), world_(world), lineage_(lineage) {
     Options o;
+    o.access = parse_access(mode);
     o.keep_last = keep_last;
     o.keep_every = keep_every;
     o.key_file = key_file;
@@ -157,10 +158,11 @@ PYBIND11_MODULE(_ckpt, m) {
 
   py::class_<PyCheckpointer>(m, "Checkpointer")
       .def(py::init<const std::string&, std::uint32_t, std::uint32_t, std::uint32_t, std::uint64_t,
-                    const std::string&, const std::string&, const std::string&, std::function<bool(bool)>>(),
+                    const std::string&, const std::string&, const std::string&, std::function<bool(bool)>,
+                    const std::string&>(),
            py::arg("dir"), py::arg("rank"), py::arg("world_size"), py::arg("keep_last") = 3,
            py::arg("keep_every") = 0, py::arg("key_file") = "", py::arg("policy_file") = "",
-           py::arg("lineage") = "", py::arg("barrier") = nullptr)
+           py::arg("lineage") = "", py::arg("barrier") = nullptr, py::arg("mode") = "0600")
       .def("save", &PyCheckpointer::save, "Synchronous save (collective when world_size > 1).")
       .def("save_async", &PyCheckpointer::save_async, "Snapshot now, write in the background.")
       .def("wait", &PyCheckpointer::wait, "Wait for the in-flight save; rethrows its error.")

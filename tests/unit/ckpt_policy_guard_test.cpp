@@ -160,3 +160,44 @@ TEST_CASE("policy guard: audit-mode residency warns and allows", "[ckpt][policy]
   Site site("audit");
   CHECK_NOTHROW(check_destination(*site.guard, site.root / "lustre-eu/run", resident_state(1).lineage, true, 1));
 }
+
+TEST_CASE("policy guard: restricted lineages are those the policy protects, unknown ones too", "[ckpt][policy][modes]") {
+  Site site;
+  CHECK(site.guard->restricted({{"patients", "v3"}}));
+  CHECK(site.guard->restricted({{"imagenet", ""}, {"patients", "v1"}}));
+  CHECK(site.guard->restricted({{"nobody-knows", ""}}));  // fail closed
+  CHECK_FALSE(site.guard->restricted({{"imagenet", ""}}));
+}
+
+TEST_CASE("verify's warning: a restricted checkpoint others may read is named with its mode and the fix",
+          "[ckpt][policy][modes]") {
+  Site site;
+  const auto dir = site.root / "lustre-ae/w";
+  {
+    Checkpointer ck(dir, site.options(true));
+    State st = make_state(30);  // lineage imagenet@2012,patients@v3
+    st.world_size = 1;
+    ck.save(st);
+  }
+  const auto file = dir / "ckpt-000000000030.h5";
+  CHECK(exposure_warnings(*site.guard, file).empty());  // written 0600
+  ::chmod(file.c_str(), 0644);
+  auto lines = exposure_warnings(*site.guard, file);
+  REQUIRE(lines.size() == 1);
+  CHECK_THAT(lines[0], Catch::Contains(file.string() + ": mode 0644") && Catch::Contains("every user") &&
+                           Catch::Contains("patients@v3") && Catch::Contains("chmod 600 " + file.string()));
+  ::chmod(file.c_str(), 0640);
+  lines = exposure_warnings(*site.guard, file);
+  REQUIRE(lines.size() == 1);
+  CHECK_THAT(lines[0], Catch::Contains("mode 0640") && Catch::Contains("its group"));
+  // Public data only: no warning, whatever the mode.
+  const auto pub = site.root / "lustre-ae/p";
+  {
+    Checkpointer ck(pub, site.options(false));
+    State st = make_state(31);
+    st.lineage = {{"imagenet", "2012"}};
+    ck.save(st);
+  }
+  ::chmod((pub / "ckpt-000000000031.h5").c_str(), 0644);
+  CHECK(exposure_warnings(*site.guard, pub / "ckpt-000000000031.h5").empty());
+}

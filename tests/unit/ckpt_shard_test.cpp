@@ -39,13 +39,14 @@ State rank_state(std::uint64_t step, std::uint32_t rank, std::uint32_t world, st
 // Runs one save per rank, each rank in its own thread with its own Checkpointer, the way
 // separate processes would share a directory.
 void save_sharded(const std::filesystem::path& dir, std::uint64_t step, std::uint32_t world, std::uint64_t rows,
-                  bool with_barrier) {
+                  bool with_barrier, Access access = Access::owner) {
   std::barrier sync(static_cast<std::ptrdiff_t>(world));
   std::atomic<int> failures{0};
   std::vector<std::thread> ranks;
   for (std::uint32_t r = 0; r < world; ++r)
     ranks.emplace_back([&, r] {
       Options o;
+      o.access = access;
       if (with_barrier)
         o.barrier = [&](bool ok) {
           if (!ok) failures++;
@@ -182,4 +183,19 @@ TEST_CASE("a damaged part that a rank only checks (another rank's slice) still r
     CHECK_FALSE(ck.load_latest(0, world));
   }
   CHECK_FALSE(ck.load_latest(1, 2));
+}
+
+TEST_CASE("sharded save: shard files are 0600, 0640 by explicit choice", "[ckpt][shard][modes]") {
+  for (Access access : {Access::owner, Access::group}) {
+    TempDir dir;
+    const mode_t old = ::umask(0);
+    save_sharded(dir.path(), 10, 3, 9, true, access);
+    ::umask(old);
+    for (const char* name : {"ckpt-000000000010.h5", "ckpt-000000000010.shard-00001.h5", "ckpt-000000000010.shard-00002.h5"}) {
+      INFO(name);
+      struct stat st {};
+      REQUIRE(::stat((dir / name).c_str(), &st) == 0);
+      CHECK((st.st_mode & 07777) == file_mode(access));
+    }
+  }
 }

@@ -13,7 +13,9 @@ Every rank calls save/load_latest (they are collective when the job has several 
 Checkpoints are atomic (a crash leaves the previous one), checksummed and verified on
 load (a damaged newest checkpoint is reported and the previous one used), encrypted with
 key_file (default $SAKER_CKPT_KEY), and refused before anything is written when the site
-policy (policy, default $SAKER_POLICY) forbids the directory for the lineage. Each model
+policy (policy, default $SAKER_POLICY) forbids the directory for the lineage. Files are
+written 0600 and the directories the library creates 0700; mode="0640" (default
+$SAKER_CKPT_MODE) lets the group read them (0750 directories), an explicit choice. Each model
 parameter and optimizer tensor is its own named HDF5 dataset ("model:conv1.weight",
 "optim:0:momentum_buffer"), so h5py and saker-ckpt show the model's structure; the
 rest (hyper-parameters, scalars, extra) travels pickled in the checkpoint's config.
@@ -51,7 +53,7 @@ def _barrier(ok):
     return float(failed) == 0.0
 
 
-def _checkpointer(directory, keep_last, key_file, policy, lineage):
+def _checkpointer(directory, keep_last, key_file, policy, lineage, mode=None):
     key = os.path.abspath(directory)
     if key not in _checkpointers:
         from saker import _ckpt
@@ -60,7 +62,8 @@ def _checkpointer(directory, keep_last, key_file, policy, lineage):
             key, rank, size, keep_last=keep_last,
             key_file=key_file if key_file is not None else os.environ.get("SAKER_CKPT_KEY", ""),
             policy_file=policy if policy is not None else os.environ.get("SAKER_POLICY", ""),
-            lineage=lineage or "", barrier=_barrier if size > 1 else None)
+            lineage=lineage or "", barrier=_barrier if size > 1 else None,
+            mode=mode if mode is not None else os.environ.get("SAKER_CKPT_MODE", "0600"))
     return _checkpointers[key]
 
 
@@ -100,27 +103,27 @@ def _config(meta):
 
 
 def save(directory, model=None, optimizer=None, step=0, extra=None, epoch=0, keep_last=3, key_file=None,
-         policy=None, lineage=None):
+         policy=None, lineage=None, mode=None):
     """Write step's checkpoint (collective); returns the library's report (file, bytes,
     write_s, committed on rank 0)."""
     host, meta = _flatten(model, optimizer, extra)
-    ck = _checkpointer(directory, keep_last, key_file, policy, lineage)
+    ck = _checkpointer(directory, keep_last, key_file, policy, lineage, mode)
     return ck.save(step, epoch, _config(meta), _args(host))
 
 
 def save_async(directory, model=None, optimizer=None, step=0, extra=None, epoch=0, keep_last=3, key_file=None,
-               policy=None, lineage=None):
+               policy=None, lineage=None, mode=None):
     """Snapshot now and write in the background (at most one save in flight; the next save
     waits for it). Returns a handle: wait() gives the report, done() polls."""
     host, meta = _flatten(model, optimizer, extra)
-    ck = _checkpointer(directory, keep_last, key_file, policy, lineage)
+    ck = _checkpointer(directory, keep_last, key_file, policy, lineage, mode)
     return ck.save_async(step, epoch, _config(meta), _args(host))
 
 
-def load_latest(directory, model=None, optimizer=None, key_file=None, policy=None, lineage=None):
+def load_latest(directory, model=None, optimizer=None, key_file=None, policy=None, lineage=None, mode=None):
     """Restore the newest checkpoint that verifies into model/optimizer; returns
     {"step", "epoch", "extra", "file"} or None when the directory holds none."""
-    ck = _checkpointer(directory, 3, key_file, policy, lineage)
+    ck = _checkpointer(directory, 3, key_file, policy, lineage, mode)
     r = ck.load_latest()
     if r is None:
         return None
@@ -180,6 +183,8 @@ def exit_if_preempted(directory, model=None, optimizer=None, step=0, extra=None,
               "requeue", flush=True)
         marker = os.environ.get("SAKER_PREEMPT_MARKER")
         if marker:
-            with open(marker, "w") as f:
+            # 0600 and never through a symbolic link someone planted at that path.
+            fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            with os.fdopen(fd, "w") as f:
                 f.write(f"{step}\n")
     sys.exit(75)
