@@ -39,8 +39,20 @@ static LinkPlan plan_for(const Mesh& mesh) {
   return plan_links(cores_online(), ranks_on_this_machine(mesh), last_level_cache());
 }
 
+// Transit::encrypt: every link's directions sealed with the keys of its handshake.
+static std::unique_ptr<aead::LinkCiphers> ciphers_for(Mesh& mesh, const Options& options) {
+  if (options.transit != Transit::encrypt) return nullptr;
+  return std::make_unique<aead::LinkCiphers>(
+      [&mesh](int peer, int channel) {
+        const auth::LinkKeys& k = mesh.link_keys(peer, channel);
+        return std::make_pair(k.send, k.recv);
+      },
+      [&mesh](int peer) { return mesh.who(peer); });
+}
+
 Core::Core(Mesh& mesh, const Topology& topo, int channel, const Options& options, Timeline* timeline)
-    : mesh_(mesh), topo_(topo), ring_(mesh, all_ranks(mesh.size()), channel, options.chunk_bytes, plan_for(mesh)),
+    : mesh_(mesh), topo_(topo), ciphers_(ciphers_for(mesh, options)),
+      ring_(mesh, all_ranks(mesh.size()), channel, options.chunk_bytes, plan_for(mesh), ciphers_.get()),
       timeline_(timeline) {
   int node = topo.node_of[static_cast<std::size_t>(mesh.rank())];
   const auto& local = topo.members[static_cast<std::size_t>(node)];
@@ -51,7 +63,7 @@ Core::Core(Mesh& mesh, const Topology& topo, int channel, const Options& options
     shm_ = std::make_unique<ShmGroup>(mesh, local, channel, slot, stripes, stripe_threads(stripes));
   }
   if (topo.leaders.size() > 1 && local.front() == mesh.rank())
-    leaders_ = std::make_unique<Ring>(mesh, topo.leaders, channel, options.chunk_bytes, plan_for(mesh));
+    leaders_ = std::make_unique<Ring>(mesh, topo.leaders, channel, options.chunk_bytes, plan_for(mesh), ciphers_.get());
 }
 
 Transport Core::resolve(Transport wanted, const Topology& topo) {

@@ -45,6 +45,8 @@ class Core {
  private:
   Mesh& mesh_;
   const Topology& topo_;
+  // Transit::encrypt: this channel's sealed links, for both rings (null otherwise).
+  std::unique_ptr<aead::LinkCiphers> ciphers_;
   Ring ring_;                       // every rank
   std::unique_ptr<Ring> leaders_;   // node leaders (this rank leads its node)
   std::unique_ptr<ShmGroup> shm_;   // ranks of this node

@@ -14,12 +14,14 @@
 #include <cstring>
 
 #include "common/error.hpp"
+#include "launcher/comm/aead.hpp"
 #include "launcher/comm/reduce.hpp"
 
 namespace saker::comm {
 
-Ring::Ring(Mesh& mesh, std::vector<int> members, int channel, std::size_t chunk_bytes, LinkPlan plan)
-    : mesh_(mesh), members_(std::move(members)), channel_(channel), chunk_(std::max<std::size_t>(chunk_bytes, 4096)),
+Ring::Ring(Mesh& mesh, std::vector<int> members, int channel, std::size_t chunk_bytes, LinkPlan plan,
+           aead::LinkCiphers* ciphers)
+    : mesh_(mesh), ciphers_(ciphers), members_(std::move(members)), channel_(channel), chunk_(std::max<std::size_t>(chunk_bytes, 4096)),
       plan_(plan) {
   auto it = std::find(members_.begin(), members_.end(), mesh.rank());
   SAKER_ASSERT(it != members_.end(), "ring built on a rank outside it");
@@ -39,11 +41,19 @@ namespace {
 // Sends a large buffer on its own thread while the caller receives and reduces, so
 // that one rank keeps both the kernel's send path (copy + loopback/NIC stack) and
 // its receive path busy at once instead of alternating between them in one loop.
-// Stop and failure are flags; the owner reports failures (Mesh::fail throws).
+// Stop and failure are flags; the owner reports failures (Mesh::fail throws). With tx
+// (Transit::encrypt) it seals each frame on this thread, started by the caller, while
+// the previous one is still on the wire.
 class SendThread {
  public:
-  SendThread(Mesh& mesh, int fd, const char* p, std::size_t len) : mesh_(mesh) {
-    thread_ = std::thread([this, fd, p, len] { run(fd, p, len); });
+  SendThread(Mesh& mesh, int fd, const char* p, std::size_t len, aead::SealedSender* tx) : mesh_(mesh) {
+    thread_ = std::thread([this, fd, p, len, tx] {
+      try {
+        run(fd, p, len, tx);
+      } catch (const std::exception& e) {  // sealing failed (exhausted sequence, EVP)
+        set_error(e.what());
+      }
+    });
   }
   // Unwinding (the receive side failed): stop sending, then join.
   ~SendThread() {
@@ -61,11 +71,11 @@ class SendThread {
   std::size_t sent() const { return sent_.load(std::memory_order_relaxed); }
 
  private:
-  void run(int fd, const char* p, std::size_t len) {
+  void run(int fd, const char* p, std::size_t len, aead::SealedSender* tx) {
     std::size_t sent = 0;
     auto deadline = net::deadline_in(mesh_.timeout());
-    while (sent < len) {
-      ssize_t k = ::send(fd, p + sent, len - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    while (tx ? !tx->done() : sent < len) {
+      ssize_t k = tx ? tx->pump(fd, len) : ::send(fd, p + sent, len - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (k > 0) {
         sent += static_cast<std::size_t>(k);
         sent_.store(sent, std::memory_order_relaxed);
@@ -134,18 +144,26 @@ void Ring::exchange(const void* sbuf, std::size_t slen, void* rbuf, std::size_t 
   int prev = members_[static_cast<std::size_t>((index_ + n - 1) % n)];
   // Each direction on its own socket (two ranks are each other's next and prev), so
   // that our send thread and our receive loop never wait on one socket's lock.
-  int sfd = slen > 0 ? mesh_.link(next, channel_between(index_, (index_ + 1) % n)) : -1;
-  int rfd = rlen > 0 ? mesh_.link(prev, channel_between((index_ + n - 1) % n, index_)) : -1;
+  const int sch = channel_between(index_, (index_ + 1) % n), rch = channel_between((index_ + n - 1) % n, index_);
+  int sfd = slen > 0 ? mesh_.link(next, sch) : -1;
+  int rfd = rlen > 0 ? mesh_.link(prev, rch) : -1;
   const char* sp = static_cast<const char*>(sbuf);
   char* rp = static_cast<char*>(rbuf);
   std::size_t sent = 0, got = 0, reduced = 0;
   // Chunks hold whole elements so that a chunk can be reduced on its own.
   std::size_t chunk = std::max(elem, chunk_ / elem * elem);
+  // Transit::encrypt: every chunk travels as one sealed frame, and a frame is opened
+  // (and reduced, staged) as soon as it has fully arrived; sent counts wire bytes then.
+  aead::SealedSender* tx = ciphers_ && slen > 0 ? &ciphers_->sender(next, sch) : nullptr;
+  aead::SealedReceiver* rx = ciphers_ && rlen > 0 ? &ciphers_->receiver(prev, rch) : nullptr;
+  if (tx) tx->start(sp, slen, chunk);
+  if (rx) rx->start(rp, rlen, staged ? chunk : aead::kMaxFrame, elem, staged);
   std::unique_ptr<SendThread> sender;
   if (threaded && !forward && slen > 0 && rlen > 0) {
-    sender = std::make_unique<SendThread>(mesh_, sfd, sp, slen);
+    sender = std::make_unique<SendThread>(mesh_, sfd, sp, slen, tx);
     sent = slen;  // the thread owns the send side from here
   }
+  auto sending = [&] { return tx ? !sender && !tx->done() : sent < slen; };
   auto sender_failed = [&] {
     std::string why = sender->join();
     if (mesh_.aborted()) mesh_.check_abort(during);
@@ -158,11 +176,12 @@ void Ring::exchange(const void* sbuf, std::size_t slen, void* rbuf, std::size_t 
   auto deadline = net::deadline_in(mesh_.timeout());
   const bool busy_poll = slen + rlen <= plan_.busy_poll_bytes;
   net::Clock::time_point idle_since{};
-  while (sent < slen || got < rlen) {
+  while (sending() || got < rlen) {
     bool progress = false;
     std::size_t send_limit = forward ? std::min(got, slen) : slen;
-    if (sent < send_limit) {
-      ssize_t k = ::send(sfd, sp + sent, std::min(send_limit - sent, chunk), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (tx ? sending() : sent < send_limit) {
+      ssize_t k = tx ? tx->pump(sfd, send_limit)
+                     : ::send(sfd, sp + sent, std::min(send_limit - sent, chunk), MSG_NOSIGNAL | MSG_DONTWAIT);
       if (k > 0) { sent += static_cast<std::size_t>(k); progress = true; }
       else if (k < 0 && errno != EAGAIN && errno != EINTR)
         mesh_.fail(during, next, mesh_.who(next) + " failed while we were sending: " + std::strerror(errno) +
@@ -170,16 +189,18 @@ void Ring::exchange(const void* sbuf, std::size_t slen, void* rbuf, std::size_t 
     }
     if (got < rlen) {
       std::size_t in_chunk = got % chunk;
-      ssize_t k = staged ? ::recv(rfd, rp + in_chunk, std::min(rlen - got, chunk - in_chunk), MSG_DONTWAIT)
-                         : ::recv(rfd, rp + got, std::min(rlen - got, chunk), MSG_DONTWAIT);
-      if (k > 0) { got += static_cast<std::size_t>(k); progress = true; }
+      ssize_t k = rx       ? rx->pump(rfd, on_chunk)
+                  : staged ? ::recv(rfd, rp + in_chunk, std::min(rlen - got, chunk - in_chunk), MSG_DONTWAIT)
+                           : ::recv(rfd, rp + got, std::min(rlen - got, chunk), MSG_DONTWAIT);
+      if (k > 0) { got = rx ? rx->got() : got + static_cast<std::size_t>(k); progress = true; }
       else if (k == 0)
         mesh_.fail(during, prev, mesh_.who(prev) + " closed the connection while we were receiving (it exited or was killed)");
       else if (errno != EAGAIN && errno != EINTR)
         mesh_.fail(during, prev, mesh_.who(prev) + " failed while we were receiving: " + std::strerror(errno));
-      // Reduce every whole chunk that has arrived while later ones are in flight.
+      // Reduce every whole chunk that has arrived while later ones are in flight (the
+      // receiver does so for sealed frames, once each has been opened).
       std::size_t ready = got == rlen ? got : got / chunk * chunk;
-      if (on_chunk && ready > reduced) {
+      if (!rx && on_chunk && ready > reduced) {
         on_chunk(reduced, ready - reduced);
         reduced = ready;
       }
@@ -205,7 +226,7 @@ void Ring::exchange(const void* sbuf, std::size_t slen, void* rbuf, std::size_t 
     }
     pollfd fds[3];
     int nf = 0;
-    if (sent < send_limit) fds[nf++] = {sfd, POLLOUT, 0};
+    if (tx ? !sender && tx->can_send(send_limit) : sent < send_limit) fds[nf++] = {sfd, POLLOUT, 0};
     if (got < rlen) fds[nf++] = {rfd, POLLIN, 0};
     fds[nf++] = {mesh_.abort_fd(), POLLIN, 0};
     poll(fds, static_cast<nfds_t>(nf), net::poll_ms(deadline));
@@ -347,10 +368,15 @@ void Ring::allreduce_exchange(char* base, const std::vector<std::size_t>& seg, D
 
 void Ring::exchange_all(std::vector<Transfer>& xs, const char* during) {
   std::vector<int> sfds, rfds;
-  for (const Transfer& x : xs) {
-    sfds.push_back(x.slen > 0 ? mesh_.link(x.peer, channel_between(index_, x.index)) : -1);
-    rfds.push_back(x.rlen > 0 ? mesh_.link(x.peer, channel_between(x.index, index_)) : -1);
+  for (Transfer& x : xs) {
+    const int sch = channel_between(index_, x.index), rch = channel_between(x.index, index_);
+    sfds.push_back(x.slen > 0 ? mesh_.link(x.peer, sch) : -1);
+    rfds.push_back(x.rlen > 0 ? mesh_.link(x.peer, rch) : -1);
+    // Transit::encrypt: sealed frames of up to a chunk; sent counts wire bytes then.
+    if (ciphers_ && x.slen > 0) (x.tx = &ciphers_->sender(x.peer, sch))->start(x.send, x.slen, chunk_);
+    if (ciphers_ && x.rlen > 0) (x.rx = &ciphers_->receiver(x.peer, rch))->start(x.recv, x.rlen, aead::kMaxFrame, 1, false);
   }
+  auto sending = [](const Transfer& x) { return x.tx ? !x.tx->done() : x.sent < x.slen; };
   std::size_t total = 0;
   for (const Transfer& x : xs) total += x.slen + x.rlen;
   const bool busy_poll = total <= plan_.busy_poll_bytes;
@@ -361,22 +387,22 @@ void Ring::exchange_all(std::vector<Transfer>& xs, const char* during) {
     bool progress = false, done = true;
     for (std::size_t i = 0; i < xs.size(); ++i) {
       Transfer& x = xs[i];
-      if (x.sent < x.slen) {
-        ssize_t k = ::send(sfds[i], x.send + x.sent, x.slen - x.sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (sending(x)) {
+        ssize_t k = x.tx ? x.tx->pump(sfds[i], x.slen) : ::send(sfds[i], x.send + x.sent, x.slen - x.sent, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (k > 0) { x.sent += static_cast<std::size_t>(k); progress = true; }
         else if (k < 0 && errno != EAGAIN && errno != EINTR)
           mesh_.fail(during, x.peer, mesh_.who(x.peer) + " failed while we were sending: " + std::strerror(errno) +
                                        " (it exited or was killed)");
       }
       if (x.got < x.rlen) {
-        ssize_t k = ::recv(rfds[i], x.recv + x.got, x.rlen - x.got, MSG_DONTWAIT);
-        if (k > 0) { x.got += static_cast<std::size_t>(k); progress = true; }
+        ssize_t k = x.rx ? x.rx->pump(rfds[i], nullptr) : ::recv(rfds[i], x.recv + x.got, x.rlen - x.got, MSG_DONTWAIT);
+        if (k > 0) { x.got = x.rx ? x.rx->got() : x.got + static_cast<std::size_t>(k); progress = true; }
         else if (k == 0)
           mesh_.fail(during, x.peer, mesh_.who(x.peer) + " closed the connection while we were receiving (it exited or was killed)");
         else if (errno != EAGAIN && errno != EINTR)
           mesh_.fail(during, x.peer, mesh_.who(x.peer) + " failed while we were receiving: " + std::strerror(errno));
       }
-      done = done && x.sent == x.slen && x.got == x.rlen;
+      done = done && !sending(x) && x.got == x.rlen;
     }
     if (done) return;
     if (progress) {
@@ -393,7 +419,7 @@ void Ring::exchange_all(std::vector<Transfer>& xs, const char* during) {
     }
     pfds.clear();
     for (std::size_t i = 0; i < xs.size(); ++i) {
-      if (xs[i].sent < xs[i].slen) pfds.push_back({sfds[i], POLLOUT, 0});
+      if (sending(xs[i])) pfds.push_back({sfds[i], POLLOUT, 0});
       if (xs[i].got < xs[i].rlen) pfds.push_back({rfds[i], POLLIN, 0});
     }
     pfds.push_back({mesh_.abort_fd(), POLLIN, 0});
@@ -401,7 +427,7 @@ void Ring::exchange_all(std::vector<Transfer>& xs, const char* during) {
     mesh_.check_abort(during);
     if (net::Clock::now() >= deadline) {
       for (const Transfer& x : xs)
-        if (x.got < x.rlen || x.sent < x.slen)
+        if (x.got < x.rlen || sending(x))
           mesh_.fail(during, x.peer, mesh_.who(x.peer) + " did not answer within " + std::to_string(mesh_.timeout().count()) +
                                        " ms (hung, stopped or unreachable; raise SAKER_COMM_TIMEOUT if it is only slow)");
     }

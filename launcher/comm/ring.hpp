@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/comm/aead.hpp"
 #include "launcher/comm/mesh.hpp"
 #include "launcher/comm/net.hpp"
 #include "launcher/comm/tuning.hpp"
@@ -31,7 +32,11 @@ namespace saker::comm {
 
 class Ring {
  public:
-  Ring(Mesh& mesh, std::vector<int> members, int channel, std::size_t chunk_bytes, LinkPlan plan = {});
+  // ciphers: the sealed directions of this channel's links under Transit::encrypt
+  // (shared with every Ring on the channel: a link's sequence numbers are the link's);
+  // null: bytes travel as they are.
+  Ring(Mesh& mesh, std::vector<int> members, int channel, std::size_t chunk_bytes, LinkPlan plan = {},
+       aead::LinkCiphers* ciphers = nullptr);
 
   int size() const { return static_cast<int>(members_.size()); }
   int index() const { return index_; }
@@ -65,6 +70,8 @@ class Ring {
     char* recv;
     std::size_t rlen;
     std::size_t sent = 0, got = 0;
+    aead::SealedSender* tx = nullptr;  // Transit::encrypt
+    aead::SealedReceiver* rx = nullptr;
   };
   void exchange_all(std::vector<Transfer>& xs, const char* during);
   // Data from index `from` to index `to` travels on channel_, or on channel_ + this when
@@ -97,6 +104,7 @@ class Ring {
   void record_phase(Phase phase, std::size_t step_bytes, bool threaded, net::Clock::time_point started);
 
   Mesh& mesh_;
+  aead::LinkCiphers* ciphers_;
   std::vector<int> members_;
   int index_ = 0;
   int channel_;

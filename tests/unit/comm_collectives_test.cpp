@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <set>
 
 #include "comm_test_support.hpp"
 #include "launcher/comm/reduce.hpp"
@@ -330,4 +331,73 @@ TEST_CASE("the ring's members agree on the send thread and the blocks", "[comm][
       }
   }, test::quick_options(), nodes);
   unsetenv("SAKER_COMM_BLOCK_BYTES");
+}
+
+// Transit::encrypt seals every byte between nodes (aead.hpp) and must change no bit of
+// any result: the ring (in blocks and with its send thread), the direct and exchange
+// algorithms (their own loop), the hierarchical path (shared memory inside a node stays
+// clear, the leaders' ring is sealed), allgather and broadcast (the relay sends only
+// what it has opened).
+TEST_CASE("encrypt in transit: every collective gives plaintext's bits", "[comm][encrypt]") {
+  struct Outcome {
+    std::vector<std::vector<char>> reduced;  // per call, rank 0's
+    std::vector<std::vector<char>> gathered, broadcast;
+  };
+  auto run = [](Transit transit, int n, std::vector<std::string> nodes, const char* direct, const char* exchange) {
+    setenv("SAKER_COMM_DIRECT_BYTES", direct, 1);
+    setenv("SAKER_COMM_EXCHANGE_BYTES", exchange, 1);
+    setenv("SAKER_COMM_BLOCK_BYTES", "1000000", 1);
+    Options o = test::quick_options();
+    o.transit = transit;
+    std::vector<Outcome> out(static_cast<std::size_t>(n));
+    run_ranks(n, [&](Communicator& c, Failures& f) {
+      Outcome& mine = out[static_cast<std::size_t>(c.rank())];
+      std::mt19937 rng(7 + static_cast<unsigned>(c.rank()));
+      std::normal_distribution<float> d(0.0f, 1e3f);
+      for (DataType type : {DataType::f32, DataType::f64, DataType::f16, DataType::bf16, DataType::i32})
+        for (std::size_t count : {std::size_t{1}, std::size_t{1001}, std::size_t{70003}, std::size_t{1'500'007}}) {
+          if (count > 70003 && type != DataType::f32) continue;
+          std::vector<char> v(count * size_of(type));
+          for (std::size_t i = 0; i < count; ++i) put(v.data(), i, type, type == DataType::i32 ? value(c.rank(), i) : d(rng));
+          c.allreduce(v.data(), count, type, ReduceOp::sum);
+          mine.reduced.push_back(v);
+        }
+      for (std::size_t bytes : {std::size_t{1}, std::size_t{5000}, std::size_t{3'000'001}}) {
+        std::vector<char> send(bytes, static_cast<char>('a' + c.rank())), all(bytes * static_cast<std::size_t>(c.size()));
+        c.allgather(send.data(), all.data(), bytes);
+        mine.gathered.push_back(all);
+        std::vector<char> b(bytes, c.rank() == c.size() - 1 ? 'r' : 'x');
+        for (std::size_t i = 0; c.rank() == c.size() - 1 && i < bytes; i += 4099) b[i] = static_cast<char>(i);
+        c.broadcast(b.data(), bytes, c.size() - 1);
+        mine.broadcast.push_back(b);
+      }
+      c.barrier();
+      const bool one_per_node = std::set<std::string>(nodes.begin(), nodes.end()).size() == nodes.size();
+      if (c.transport() != (one_per_node ? Transport::ring : Transport::hierarchical)) f.add("unexpected transport");
+    }, o, nodes);
+    unsetenv("SAKER_COMM_DIRECT_BYTES");
+    unsetenv("SAKER_COMM_EXCHANGE_BYTES");
+    unsetenv("SAKER_COMM_BLOCK_BYTES");
+    return out;
+  };
+  struct Case { int n; std::vector<std::string> nodes; const char* direct; const char* exchange; };
+  for (const Case& k : {Case{2, {"n0", "n1"}, "0", "0"}, Case{3, {"n0", "n1", "n2"}, "0", "0"},
+                        Case{3, {"n0", "n1", "n2"}, "1000000", "0"}, Case{3, {"n0", "n1", "n2"}, "0", "1000000"},
+                        Case{4, {"a", "a", "b", "b"}, "0", "0"}}) {
+    INFO("n=" << k.n << " nodes " << k.nodes.front() << ".." << k.nodes.back() << " direct " << k.direct << " exchange "
+              << k.exchange);
+    auto clear = run(Transit::auth, k.n, k.nodes, k.direct, k.exchange);
+    auto sealed = run(Transit::encrypt, k.n, k.nodes, k.direct, k.exchange);
+    for (int r = 0; r < k.n; ++r) {
+      const auto& a = clear[static_cast<std::size_t>(r)];
+      const auto& b = sealed[static_cast<std::size_t>(r)];
+      REQUIRE(a.reduced.size() == b.reduced.size());
+      for (std::size_t i = 0; i < a.reduced.size(); ++i) REQUIRE(a.reduced[i] == b.reduced[i]);
+      REQUIRE(a.gathered == b.gathered);
+      REQUIRE(a.broadcast == b.broadcast);
+      REQUIRE(a.reduced == clear[0].reduced);  // and every rank agrees
+    }
+    for (const auto& g : clear[0].gathered)
+      for (int r = 0; r < k.n; ++r) REQUIRE(g[g.size() / static_cast<std::size_t>(k.n) * static_cast<std::size_t>(r)] == 'a' + r);
+  }
 }

@@ -1,0 +1,408 @@
+// AES-256-GCM frames of a link direction (launcher/comm/aead.hpp): round trips, and
+// the attacker's edits on the wire (a flipped byte, tag or length, a replayed, swapped
+// or dropped frame, a stream cut short), each detected, naming the link, with nothing
+// of the frame passed on.
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm_test_support.hpp"
+#include "launcher/comm/aead.hpp"
+#include "launcher/comm/net.hpp"
+
+using namespace saker::comm::aead;
+
+namespace {
+
+Key key_of(unsigned char seed) {
+  Key k;
+  for (std::size_t i = 0; i < k.size(); ++i) k[i] = static_cast<unsigned char>(seed + 7 * i);
+  return k;
+}
+
+const std::string kLink = "the link from rank 1 (host h1), channel 0";
+
+std::vector<char> pattern(std::size_t n, int salt = 0) {
+  std::vector<char> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<char>((i * 131 + static_cast<std::size_t>(salt)) >> 3);
+  return v;
+}
+
+std::vector<unsigned char> sealed(Sealer& s, const std::vector<char>& plain) {
+  std::vector<unsigned char> f(plain.size() + kOverhead);
+  s.seal(plain.data(), plain.size(), f.data());
+  return f;
+}
+
+// Opens one frame as a receiver does: bound the length, then open.
+// A frame whose length grew reads on into what follows it on the wire (zeros here).
+std::vector<char> opened(Opener& o, std::vector<unsigned char> frame, std::size_t limit = kMaxFrame) {
+  std::size_t len = o.length(frame.data(), limit);
+  if (frame.size() < len + kOverhead) frame.resize(len + kOverhead);
+  std::vector<char> plain(len);
+  o.open(frame.data(), plain.data());
+  return plain;
+}
+
+// What a SealedSender puts on the wire for these payloads (frames of frame_bytes).
+std::string wire_of(const std::vector<char>& data, std::size_t frame_bytes) {
+  int sv[2];
+  REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+  SealedSender tx(key_of(1), "the link to rank 0 (host h0), channel 0");
+  tx.start(data.data(), data.size(), frame_bytes);
+  std::string out;
+  char buf[65536];
+  while (!tx.done()) {
+    ssize_t k = tx.pump(sv[0], data.size());
+    REQUIRE((k > 0 || errno == EAGAIN));
+    for (ssize_t r; (r = ::recv(sv[1], buf, sizeof buf, MSG_DONTWAIT)) > 0;) out.append(buf, static_cast<std::size_t>(r));
+  }
+  close(sv[0]);
+  for (ssize_t r; (r = ::recv(sv[1], buf, sizeof buf, 0)) > 0;) out.append(buf, static_cast<std::size_t>(r));
+  close(sv[1]);
+  return out;
+}
+
+// Feeds bytes (then end of stream) to a SealedReceiver expecting len bytes; returns
+// what it delivered through on_frame, or throws what it threw. *ended: the stream
+// ended before len bytes arrived.
+std::vector<char> receive(const std::string& bytes, std::size_t len, std::size_t max_frame, bool* ended = nullptr) {
+  int sv[2];
+  REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+  SealedReceiver rx(key_of(1), kLink);
+  std::vector<char> dst(len), delivered(len);
+  rx.start(dst.data(), len, max_frame, 1, false);
+  std::size_t fed = 0;
+  bool closed = false;
+  auto cleanup = [&] { close(sv[0]); if (!closed) close(sv[1]); };
+  try {
+    while (!rx.done()) {
+      if (fed < bytes.size()) {
+        ssize_t w = ::send(sv[1], bytes.data() + fed, bytes.size() - fed, MSG_DONTWAIT);
+        if (w > 0) fed += static_cast<std::size_t>(w);
+      } else if (!closed) {
+        close(sv[1]);
+        closed = true;
+      }
+      ssize_t k = rx.pump(sv[0], [&](std::size_t off, std::size_t n) { std::memcpy(delivered.data() + off, dst.data() + off, n); });
+      if (k == 0) break;  // the peer closed
+    }
+  } catch (...) {
+    cleanup();
+    throw;
+  }
+  cleanup();
+  if (ended) *ended = !rx.done();
+  delivered.resize(rx.got());
+  return delivered;
+}
+
+void require_tamper_named(const std::function<void()>& f) {
+  try {
+    f();
+    FAIL("the edit went undetected");
+  } catch (const Tampered& e) {
+    std::string what = e.what();
+    INFO(what);
+    CHECK(what.find(kLink) != std::string::npos);
+    CHECK(what.find("tampered with or reordered") != std::string::npos);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("aead: frames round-trip at many sizes, with distinct ciphertext", "[comm][aead]") {
+  Sealer s(key_of(1), "the link to rank 0 (host h0), channel 0");
+  Opener o(key_of(1), kLink);
+  for (std::size_t n : {std::size_t{1}, std::size_t{15}, std::size_t{16}, std::size_t{4097}, std::size_t{256 * 1024}}) {
+    auto plain = pattern(n, static_cast<int>(n));
+    auto f = sealed(s, plain);
+    CHECK(std::memcmp(f.data() + kHeader, plain.data(), std::min<std::size_t>(n, 64)) != 0);
+    CHECK(opened(o, f) == plain);
+  }
+  CHECK(s.sequence() == 5);
+  CHECK(o.sequence() == 5);
+  // The same payload twice seals differently (its own nonce each time).
+  auto p = pattern(1024);
+  CHECK(sealed(s, p) != sealed(s, p));
+}
+
+TEST_CASE("aead: a flipped ciphertext byte, tag or length is detected, naming the link", "[comm][aead][attack]") {
+  auto plain = pattern(5000);
+  for (std::size_t at : {kHeader, kHeader + 2500, kHeader + 4999, kHeader + 5000, kHeader + 5015, std::size_t{0}, std::size_t{1}}) {
+    DYNAMIC_SECTION("byte " << at) {
+      Sealer s(key_of(1), "to");
+      Opener o(key_of(1), kLink);
+      auto f = sealed(s, plain);
+      f[at] ^= 0x01;
+      require_tamper_named([&] { opened(o, f); });
+    }
+  }
+}
+
+TEST_CASE("aead: a wrong key, a replayed frame and two swapped frames are detected", "[comm][aead][attack]") {
+  Sealer s(key_of(1), "to");
+  auto a = sealed(s, pattern(3000, 1)), b = sealed(s, pattern(3000, 2));
+  SECTION("wrong key (another link or direction)") {
+    Opener o(key_of(2), kLink);
+    require_tamper_named([&] { opened(o, a); });
+  }
+  SECTION("replayed") {
+    Opener o(key_of(1), kLink);
+    CHECK(opened(o, a) == pattern(3000, 1));
+    require_tamper_named([&] { opened(o, a); });
+  }
+  SECTION("swapped") {
+    Opener o(key_of(1), kLink);
+    require_tamper_named([&] { opened(o, b); });
+  }
+}
+
+TEST_CASE("aead: a length above the bound is refused before anything is sized by it", "[comm][aead][attack]") {
+  Opener o(key_of(1), kLink);
+  unsigned char header[kHeader] = {0xff, 0xff, 0xff, 0x7f};
+  require_tamper_named([&] { o.length(header, kMaxFrame); });
+  unsigned char zero[kHeader] = {0, 0, 0, 0};
+  require_tamper_named([&] { o.length(zero, kMaxFrame); });
+  unsigned char small[kHeader] = {0x00, 0x10, 0, 0};  // 4096
+  CHECK(o.length(small, 4096) == 4096);
+  require_tamper_named([&] { o.length(small, 4095); });
+}
+
+TEST_CASE("aead: a stream of frames round-trips; edits to the stream are detected", "[comm][aead][attack]") {
+  const std::size_t n = 100000, frame = 16384;
+  auto data = pattern(n, 9);
+  const std::string wire = wire_of(data, frame);
+  const std::size_t frames = (n + frame - 1) / frame, whole = frame + kOverhead;
+  REQUIRE(wire.size() == n + frames * kOverhead);
+  CHECK(wire.find(std::string(data.data() + 1000, 64)) == std::string::npos);  // no plaintext on the wire
+  SECTION("intact") { CHECK(receive(wire, n, frame) == data); }
+  SECTION("a receiver that takes bigger frames than the sender sends") { CHECK(receive(wire, n, kMaxFrame) == data); }
+  SECTION("a flipped byte in the third frame: the first two are delivered, nothing after") {
+    std::string w = wire;
+    w[2 * whole + 100] ^= 0x40;
+    std::vector<char> got;
+    require_tamper_named([&] { got = receive(w, n, frame); });
+  }
+  SECTION("a dropped frame") {
+    std::string w = wire.substr(0, whole) + wire.substr(2 * whole);
+    require_tamper_named([&] { receive(w, n, frame); });
+  }
+  SECTION("two frames swapped") {
+    std::string w = wire.substr(whole, whole) + wire.substr(0, whole) + wire.substr(2 * whole);
+    require_tamper_named([&] { receive(w, n, frame); });
+  }
+  SECTION("a replayed frame") {
+    std::string w = wire.substr(0, whole) + wire.substr(0, whole) + wire.substr(whole);
+    require_tamper_named([&] { receive(w, n, frame); });
+  }
+  SECTION("a frame's length inflated past what is expected") {
+    std::string w = wire;
+    w[2] = 0x10;  // 16384 + 1 MiB
+    require_tamper_named([&] { receive(w, n, frame); });
+  }
+  SECTION("the stream cut short: mid-frame, and after a whole frame") {
+    for (std::size_t cut : {whole + 7, 2 * whole, wire.size() - 1}) {
+      bool ended = false;
+      auto got = receive(wire.substr(0, cut), n, frame, &ended);
+      CHECK(ended);
+      CHECK(got.size() == cut / whole * frame);  // only whole authenticated frames
+      CHECK(std::equal(got.begin(), got.end(), data.begin()));
+    }
+  }
+}
+
+// ---- A man in the middle of a real TCP ring -------------------------------------------
+
+namespace {
+
+using saker::comm::Communicator;
+using saker::comm::DataType;
+using saker::comm::Options;
+using saker::comm::Placement;
+using saker::comm::Store;
+using saker::comm::Transit;
+using saker::comm::Transport;
+
+// A TCP proxy that forwards every connection to target and flips one bit of the
+// client-to-server stream at byte flip_at (once, on the first connection that gets
+// that far): an attacker who poisoned the store so that rank 0 reaches rank 1 through
+// it. The handshake passes untouched; so, with a job key, the links still authenticate.
+class FlippingProxy {
+ public:
+  FlippingProxy(std::string host, int port, std::size_t flip_at) : host_(std::move(host)), port_(port), flip_at_(flip_at) {
+    listener_ = saker::comm::net::listen_on("127.0.0.1", 0, &my_port_);
+    acceptor_ = std::thread([this] { accept_loop(); });
+  }
+  ~FlippingProxy() {
+    stop_ = true;
+    acceptor_.join();
+    std::lock_guard lock(mu_);
+    for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);
+    for (auto& t : pumps_) t.join();
+    for (int fd : fds_) close(fd);
+  }
+  int port() const { return my_port_; }
+  bool flipped() const { return flipped_; }
+
+ private:
+  void accept_loop() {
+    while (!stop_) {
+      auto fd = saker::comm::net::accept_until(listener_.get(), saker::comm::net::deadline_in(std::chrono::milliseconds(50)));
+      if (!fd) continue;
+      saker::comm::net::Fd up;
+      try {
+        up = saker::comm::net::connect_to(host_, port_, saker::comm::net::deadline_in(std::chrono::seconds(5)), "target");
+      } catch (...) {
+        continue;
+      }
+      std::lock_guard lock(mu_);
+      int a = fd.release(), b = up.release();
+      fds_.push_back(a);
+      fds_.push_back(b);
+      pumps_.emplace_back([this, a, b] { pump(a, b, true); });
+      pumps_.emplace_back([this, a, b] { pump(b, a, false); });
+    }
+  }
+  void pump(int from, int to, bool client_to_server) {
+    std::vector<char> buf(65536);
+    std::size_t seen = 0;
+    for (;;) {
+      ssize_t k = ::recv(from, buf.data(), buf.size(), 0);
+      if (k <= 0) break;
+      std::size_t n = static_cast<std::size_t>(k);
+      if (client_to_server && flip_at_ >= seen && flip_at_ < seen + n && !flipped_.exchange(true))
+        buf[flip_at_ - seen] ^= 0x10;
+      seen += n;
+      if (!saker_send_all(to, buf.data(), n)) break;
+    }
+    ::shutdown(to, SHUT_WR);
+  }
+  static bool saker_send_all(int fd, const char* p, std::size_t n) {
+    while (n > 0) {
+      ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL);
+      if (k <= 0) return false;
+      p += k;
+      n -= static_cast<std::size_t>(k);
+    }
+    return true;
+  }
+
+  std::string host_;
+  int port_, my_port_ = 0;
+  std::size_t flip_at_;
+  saker::comm::net::Fd listener_;
+  std::atomic<bool> stop_{false}, flipped_{false};
+  std::thread acceptor_;
+  std::mutex mu_;
+  std::vector<int> fds_;
+  std::vector<std::thread> pumps_;
+};
+
+// Rank 0's view of the shared store, poisoned: rank 1's address and port are the proxy's.
+class PoisonedStore : public Store {
+ public:
+  PoisonedStore(std::shared_ptr<Store> real, std::function<std::string(const std::string&)> rewrite)
+      : real_(std::move(real)), rewrite_(std::move(rewrite)) {}
+  void set(const std::string& k, const std::string& v) override { real_->set(k, v); }
+  std::string get(const std::string& k, std::chrono::milliseconds t) override {
+    std::string v = real_->get(k, t);
+    return k == "saker/rank/1" ? rewrite_(v) : v;
+  }
+  std::string describe() const override { return real_->describe(); }
+
+ private:
+  std::shared_ptr<Store> real_;
+  std::function<std::string(const std::string&)> rewrite_;
+};
+
+struct MitmOutcome {
+  bool flipped = false;
+  std::string errors[2];
+  bool wrong[2] = {false, false};  // completed with a result other than the reference
+};
+
+// Two ranks on two "nodes"; rank 0 reaches rank 1 only through the proxy, which flips
+// a bit deep inside rank 0's first reduce-scatter data (the ring algorithm at every
+// size, no calibration traffic before it).
+MitmOutcome run_through_proxy(Transit transit) {
+  setenv("SAKER_COMM_DIRECT_BYTES", "0", 1);
+  setenv("SAKER_COMM_EXCHANGE_BYTES", "0", 1);
+  auto real = saker::comm::make_memory_store();
+  std::unique_ptr<FlippingProxy> proxy;
+  std::mutex proxy_mu;
+  auto rewrite = [&](const std::string& entry) {
+    // "address port rest...": the proxy forwards to the real listener.
+    std::istringstream in(entry);
+    std::string address, rest;
+    int port = 0;
+    in >> address >> port;
+    std::getline(in, rest);
+    std::lock_guard lock(proxy_mu);
+    if (!proxy) proxy = std::make_unique<FlippingProxy>(address, port, 40000);
+    return "127.0.0.1 " + std::to_string(proxy->port()) + rest;
+  };
+  MitmOutcome out;
+  Options o = saker::comm::test::quick_options();
+  o.transit = transit;
+  o.timeout = std::chrono::seconds(5);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.emplace_back([&, r] {
+      try {
+        std::shared_ptr<Store> store = real;
+        if (r == 0) store = std::make_shared<PoisonedStore>(real, rewrite);
+        Placement p;
+        p.rank = r;
+        p.size = 2;
+        p.node = "n" + std::to_string(r);
+        p.host = "host-n" + std::to_string(r);
+        auto c = Communicator::create(store, p, o);
+        std::vector<float> v(65536);
+        for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>((i + static_cast<std::size_t>(r)) % 7);
+        c->allreduce(v.data(), v.size(), DataType::f32);
+        for (std::size_t i = 0; i < v.size(); ++i)
+          if (v[i] != static_cast<float>(i % 7 + (i + 1) % 7)) out.wrong[r] = true;
+      } catch (const std::exception& e) {
+        out.errors[r] = e.what();
+      }
+    });
+  for (auto& t : ranks) t.join();
+  out.flipped = proxy && proxy->flipped();
+  proxy.reset();
+  unsetenv("SAKER_COMM_DIRECT_BYTES");
+  unsetenv("SAKER_COMM_EXCHANGE_BYTES");
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("encrypt: a bit flipped in flight on a real TCP ring is detected, naming the link", "[comm][aead][attack][mitm]") {
+  SECTION("encrypt: no rank returns a wrong result; rank 1 names the link from rank 0 as tampered with") {
+    MitmOutcome m = run_through_proxy(Transit::encrypt);
+    INFO("rank 0: " << m.errors[0] << "\nrank 1: " << m.errors[1]);
+    REQUIRE(m.flipped);
+    CHECK_FALSE(m.wrong[0]);
+    CHECK_FALSE(m.wrong[1]);
+    CHECK(m.errors[1].find("tampered with or reordered") != std::string::npos);
+    CHECK(m.errors[1].find("the link from rank 0 (host host-n0), channel 0") != std::string::npos);
+  }
+  SECTION("the attack's teeth: authenticated links alone let the same flip through as a wrong result") {
+    MitmOutcome m = run_through_proxy(Transit::auth);
+    INFO("rank 0: " << m.errors[0] << "\nrank 1: " << m.errors[1]);
+    REQUIRE(m.flipped);
+    CHECK(m.errors[0].empty());
+    CHECK(m.errors[1].empty());
+    CHECK((m.wrong[0] || m.wrong[1]));
+  }
+}
