@@ -1,58 +1,28 @@
 #include "launcher/comm/timeline.hpp"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
-
 #include "common/error.hpp"
+#include "common/file.hpp"
 #include "common/json.hpp"
 #include "common/log.hpp"
 
 namespace saker::comm {
-namespace {
-
-// The trace names every collective and its sizes: only the job's user reads it (0600).
-// A file already at `path` is reused only if it is this user's own regular file; one that
-// another user planted (in /tmp, say, to read the trace) or a symbolic link is refused.
-// Returns the open file, or null with `why` set.
-std::FILE* open_private(const std::string& path, std::string* why) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0 && errno == EEXIST) fd = ::open(path.c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) {
-    *why = errno == ELOOP ? "it is a symbolic link" : std::strerror(errno);
-    return nullptr;
-  }
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
-    *why = "it exists and is not a regular file of this user (owner uid " + std::to_string(st.st_uid) + ")";
-    ::close(fd);
-    return nullptr;
-  }
-  if (fchmod(fd, 0600) != 0 || ftruncate(fd, 0) != 0) {
-    *why = std::strerror(errno);
-    ::close(fd);
-    return nullptr;
-  }
-  std::FILE* f = fdopen(fd, "w");
-  if (!f) {
-    *why = std::strerror(errno);
-    ::close(fd);
-  }
-  return f;
-}
-
-}  // namespace
 
 Timeline::Timeline(const std::string& path, int rank) : rank_(rank), origin_(Clock::now()) {
   if (path.empty()) return;
   std::string p = path;
   if (auto pos = p.find("%r"); pos != std::string::npos) p.replace(pos, 2, std::to_string(rank));
   else if (rank != 0) return;  // one file, written by rank 0
+  // The trace names every collective and its sizes: only the job's user reads it. A file
+  // another user planted at the path (in /tmp, say) or a symbolic link is refused.
   std::string why;
-  file_ = open_private(p, &why);
+  int fd = file::open_private(p, O_TRUNC, 0600, &why);
+  if (fd >= 0 && !(file_ = fdopen(fd, "w"))) {
+    why = "fdopen failed";
+    ::close(fd);
+  }
   if (!file_) {
     log::warn(explain("cannot write the timeline " + p, why,
                       "remove that file, or point SAKER_TIMELINE into a directory of your own; continuing without it"));

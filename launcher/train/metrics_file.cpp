@@ -8,14 +8,17 @@
 #include <cstring>
 
 #include "common/error.hpp"
+#include "common/file.hpp"
 
 namespace saker::train {
 
 MetricsFile::MetricsFile(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  // 0600: the job's user alone reads its metrics; never a file someone else planted.
+  std::string why;
+  fd_ = file::open_private(path, O_APPEND, 0600, &why);
   if (fd_ < 0)
-    throw Error(explain("cannot open the metrics file " + path, std::strerror(errno),
-                        "pass a --metrics-file in a writable directory"));
+    throw Error(explain("cannot open the metrics file " + path, why,
+                        "pass a --metrics-file of your own in a writable directory"));
 }
 
 MetricsFile::~MetricsFile() {

@@ -1,13 +1,16 @@
 #include "launcher/train/trainer.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <thread>
 
 #include "common/error.hpp"
+#include "common/file.hpp"
 #include "common/hash.hpp"
 #include "launcher/train/loader.hpp"
 #include "launcher/train/metrics_file.hpp"
@@ -17,6 +20,18 @@
 #include "launcher/train/rng.hpp"
 
 namespace saker::train {
+
+// The preemption marker tells saker-run to requeue: 0600, and never written through a
+// symbolic link or into a file another user planted at its path (common/file.hpp).
+static void write_marker(const std::string& path, std::uint64_t step) {
+  std::string why;
+  const int fd = file::open_private(path, O_TRUNC, 0600, &why);
+  const std::string text = std::to_string(step) + "\n";
+  if (fd < 0 || ::write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size()))
+    std::fprintf(stderr, "saker-train: cannot write the preemption marker %s: %s (fix: remove that file; saker-run "
+                 "keeps it in its private run directory)\n", path.c_str(), fd < 0 ? why.c_str() : "short write");
+  if (fd >= 0) ::close(fd);
+}
 
 std::string TrainConfig::record(const Dataset& data, int world) const {
   std::string hidden_text;
@@ -182,7 +197,7 @@ TrainResult train(const TrainConfig& cfg, const Dataset& data, Reducer& reducer,
                                                 "there is no checkpoint directory to save to",
                                                 "pass --ckpt-dir (or saker-run --ckpt-dir)"));
       store->save(take_snapshot(step, loader, model, *opt, rng, record), true);
-      if (leader && !cfg.preempt_marker.empty()) std::ofstream(cfg.preempt_marker) << step << "\n";
+      if (leader && !cfg.preempt_marker.empty()) write_marker(cfg.preempt_marker, step);
       if (leader) std::printf("saker-train: emergency checkpoint of step %llu committed; exiting for requeue\n",
                               static_cast<unsigned long long>(step));
       std::fflush(stdout);
