@@ -26,6 +26,7 @@ import json
 import os
 import pickle
 import signal
+import stat
 import sys
 
 import torch
@@ -183,8 +184,16 @@ def exit_if_preempted(directory, model=None, optimizer=None, step=0, extra=None,
               "requeue", flush=True)
         marker = os.environ.get("SAKER_PREEMPT_MARKER")
         if marker:
-            # 0600 and never through a symbolic link someone planted at that path.
-            fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            # 0600, never through a symbolic link nor into a file another user planted there
+            # (as saker-train does, common/file.hpp).
+            fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                os.close(fd)
+                raise RuntimeError(f"saker: refusing the preemption marker {marker}: owned by uid {st.st_uid}, not by "
+                                   "this user (fix: remove it; saker-run keeps it in its private run directory)")
+            os.fchmod(fd, 0o600)
+            os.ftruncate(fd, 0)
             with os.fdopen(fd, "w") as f:
                 f.write(f"{step}\n")
     sys.exit(75)
