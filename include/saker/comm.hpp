@@ -29,6 +29,10 @@
 //   else the host name. local_rank()/local_size() are derived from node identity
 //   (the position among ranks with the same node), so they agree with /dev/shm use.
 //   Address published for peers: SAKER_COMM_ADDR, else the host name's address.
+//   Job key (every connection proves it; saker-comm(3), AUTHENTICATION): SAKER_JOB_KEY
+//   (64 hex digits), else SAKER_JOB_KEY_FILE (0600, in a 0700 directory, both the
+//   user's), else under PMI2 one rank 0 makes and shares through the KVS; without one,
+//   more than one rank refuses to start unless SAKER_COMM_TRANSIT=off.
 //   Tuning (override Options): SAKER_COMM_TIMEOUT (seconds), SAKER_COMM_TRANSPORT
 //   (auto|ring|shm|hierarchical), SAKER_COMM_CHUNK_BYTES, SAKER_FUSION_BYTES,
 //   SAKER_FUSION_CYCLE_MS, SAKER_STALL_WARNING_S, SAKER_STALL_ABORT_S,

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <future>
@@ -205,6 +206,7 @@ std::shared_ptr<Store> make_pmi2_store(int* rank, int* size) { return std::make_
 // nor hold anything past kHandshakeLimit; one that fails is dropped and logged.
 struct TcpStoreServer::Impl {
   static constexpr auto kHandshakeLimit = std::chrono::seconds(10);
+  static constexpr long kMaxStrangers = 4096;  // above any job's ranks connecting at once
   net::Fd listen;
   int port = 0;
   int wake[2] = {-1, -1};
@@ -331,6 +333,10 @@ struct TcpStoreServer::Impl {
     auto c = std::make_unique<Client>();
     c->address = auth::peer_address(fd.get());
     c->fd = std::move(fd);
+    // A flood of strangers must not exhaust descriptors: each holds one for at most
+    // kHandshakeLimit, and at most kMaxStrangers at once.
+    auto strangers = std::count_if(clients.begin(), clients.end(), [](const auto& x) { return !x->authenticated; });
+    if (strangers >= kMaxStrangers) return drop(*c, "too many connections are in their handshake at once");
     c->handshake_deadline = net::deadline_in(kHandshakeLimit);
     clients.push_back(std::move(c));
   }
