@@ -152,6 +152,14 @@ int main(int argc, char** argv) {
     std::printf("  round %d: 4 KiB %.1f us (auth) / %.1f us (off); 64 MiB busbw %.2f / %.2f GB/s\n", r, a.lat_us,
                 o.lat_us, a.busbw_gbs, o.busbw_gbs);
   }
+  auto span = [](const char* what, const std::vector<double>& v, const char* unit) {
+    std::printf("  %s: median %.2f %s [%.2f-%.2f]\n", what, median(v), unit, *std::min_element(v.begin(), v.end()),
+                *std::max_element(v.begin(), v.end()));
+  };
+  span("4 KiB latency, auth", lat_a, "us");
+  span("4 KiB latency, off ", lat_o, "us");
+  span("64 MiB busbw, auth ", bw_a, "GB/s");
+  span("64 MiB busbw, off  ", bw_o, "GB/s");
   double lr = median(lat_a) / median(lat_o), br = median(bw_a) / median(bw_o);
   std::printf("  median: 4 KiB latency auth/off = %.3fx (target <= 1.05x); 64 MiB busbw auth/off = %.3fx (target >= 0.99x)\n",
               lr, br);
