@@ -72,8 +72,8 @@ void Opener::tampered(const std::string& what) const {
   throw Tampered(explain("saker: " + link_ + " was tampered with or reordered: " + what,
                          "frame " + std::to_string(seq_) + " of this direction did not authenticate (AES-256-GCM over its "
                          "length, sequence number and bytes): changed, replayed, reordered, dropped or cut on the way",
-                         "nothing of it was used; find what sits between the two hosts (the job's key is intact: "
-                         "no one without it can forge a frame)"));
+                         "nothing of it was used; look for what rewrites traffic between the two hosts, then "
+                         "rerun"));
 }
 
 std::size_t Opener::length(const unsigned char* header, std::size_t limit) const {
