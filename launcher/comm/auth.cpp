@@ -399,7 +399,7 @@ void log_refused(const std::string& where, const std::string& address, const std
     dropped = it->second.second;
     it->second = {now, 0};
   }
-  log::warn("comm: " + where + " dropped a connection from " + address + " that failed the job-key handshake: " + why +
+  log::warn("comm: " + where + " dropped a connection from " + address + " that did not prove the job key: " + why +
             (dropped ? " (" + std::to_string(dropped) + " more from that host in the last minute)" : "") +
             " (repeats from this host are logged once a minute)");
 }

@@ -256,7 +256,7 @@ TEST_CASE("mesh: a stranger's abort, hijacked links and forged lengths change no
   std::lock_guard lock(log_mu);
   CHECK(log_lines.find(kAttackerText) == std::string::npos);
 #ifndef SAKER_TEST_OLD_API
-  CHECK(log_lines.find("failed the job-key handshake") != std::string::npos);
+  CHECK(log_lines.find("did not prove the job key") != std::string::npos);
 #endif
 }
 
