@@ -17,6 +17,16 @@ assert_rc 0 "TCP store rendezvous (no PMI2), one rank per node" -- srun --mpi=no
 assert_eq 2 "$(grep -c 'comm-selftest ok' <<<"$IT_OUT")" "every TCP-store rank agrees"
 assert_contains "$IT_OUT" "transport ring" "one rank per node: TCP ring"
 
+# The job key (saker-comm(3), AUTHENTICATION): under PMI2 without one, rank 0 makes one and
+# shares it through the KVS; plain srun without one fails closed, naming the fixes.
+assert_rc 0 "PMI2 without SAKER_JOB_KEY: rank 0 shares a key over the KVS" -- \
+  srun --mpi=pmi2 -p all -N2 -n2 env -u SAKER_JOB_KEY -u SAKER_JOB_KEY_FILE "$selftest"
+assert_eq 2 "$(grep -c 'comm-selftest ok' <<<"$IT_OUT")" "every rank proved the shared key"
+assert_rc 1 "plain srun without a job key fails closed" -- \
+  srun --mpi=none -p all -N2 -n2 env -u SAKER_JOB_KEY -u SAKER_JOB_KEY_FILE "$selftest"
+assert_contains "$IT_OUT" "no job key" "the error names the missing key"
+assert_contains "$IT_OUT" "spank_saker.so" "and the fixes"
+
 start=$(date +%s)
 # Per-task output files: when srun force-terminates the step it may drop a task's last
 # lines from its own forwarded stdio, and this test counts those lines.
