@@ -35,6 +35,22 @@ std::string env_or(const char* name, const std::string& fallback) {
 
 void say(const std::string& line) { log::info("saker-run: " + line); }
 
+// MASTER_PORT serves torch's own TCPStore, which Saker cannot authenticate. Holding the
+// port (ReservedPort) keeps the kernel from handing it out, but another user's listener
+// with SO_REUSEADDR may still bind it (Linux checks no owner there), and a fixed
+// --master-port can be taken before saker-run starts. A port that accepts connections
+// before the ranks start is such a listener: refuse the attempt rather than let the ranks
+// talk to it (saker-run(1), MASTER_PORT).
+void refuse_taken_master_port(const std::string& address, int port) {
+  if (!tcp_reachable(address, port, 500)) return;
+  throw Error(explain("MASTER_PORT " + std::to_string(port) + " on " + address +
+                          " accepts connections before the ranks have started",
+                      "another program listens there, perhaps another user's; torch.distributed's ranks would "
+                      "reach it instead of rank 0's store",
+                      "leave out --master-port (saker-run then holds a fresh port for each attempt) or pick a "
+                      "free one; see MASTER_PORT in saker-run(1)"));
+}
+
 // The id scontrol requeues exactly this job by. One task of every job array has a job id
 // equal to the array's id, and `scontrol requeue ARRAY_ID` requeues every task of the
 // array; ARRAY_ID_TASK names the task alone.
@@ -226,6 +242,7 @@ int run_supervised(const RunOptions& o, const std::string& self) {
     std::optional<ReservedPort> master_port;
     if (o.master_port == 0) master_port.emplace();
     Env env = rendezvous_env(master_addr, master_port ? master_port->port() : o.master_port);
+    refuse_taken_master_port(master_addr, master_port ? master_port->port() : o.master_port);
     env[kAttemptEnv] = std::to_string(attempt.number);
     env[kPreemptMarkerEnv] = run_dir.preempt_marker();
     // A fresh secret for every attempt (never in argv or a log): the ranks authenticate each

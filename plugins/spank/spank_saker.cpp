@@ -5,6 +5,9 @@
 // option is parsed and recorded in the job's control environment, where slurmctld's
 // job_submit/saker reads it.
 //
+// Local context (srun) also gives the step's tasks a fresh SAKER_JOB_KEY unless one is set
+// (job_key.hpp).
+//
 // Remote context (slurmstepd): the node's topology is loaded once per step and each
 // task is bound to its GPU, cores, NUMA node and NICs (affinity_step.hpp).
 #include <string>
@@ -20,6 +23,7 @@ extern "C" {
 #include "plugins/c_boundary.hpp"
 #include "plugins/spank/affinity_step.hpp"
 #include "plugins/spank/config.hpp"
+#include "plugins/spank/job_key.hpp"
 #include "plugins/spank/residency_hook.hpp"
 #include "plugins/spank/telemetry_hook.hpp"
 #include "policies/dataset_ref.hpp"
@@ -84,6 +88,17 @@ int record_datasets(spank_t sp) {
   return 0;
 }
 
+// Local context (srun): the step's tasks get a job key of their own (job_key.hpp), unless
+// saker-run or the user gave one. Without a key the ranks could not authenticate each
+// other: srun refuses to start the step rather than start it open.
+int give_step_a_key() {
+  const std::string why = saker::spank::ensure_step_job_key();
+  if (why.empty()) return 0;
+  slurm_error("saker: cannot make this step's job key (SAKER_JOB_KEY): %s; set SAKER_JOB_KEY_FILE to a 0600 file "
+              "of yours holding 64 hex digits, or report this to your administrators", why.c_str());
+  return -1;
+}
+
 // Remote context: hands the site policy's path to the task as SAKER_POLICY, so tools
 // such as saker-train apply the site's checkpoint rule without every user passing
 // --policy. The site's path overwrites anything the user exported.
@@ -124,8 +139,10 @@ extern "C" int slurm_spank_init_post_opt(spank_t sp, int /*argc*/, char** /*argv
   return saker::plugin::guarded("slurm_spank_init_post_opt", -1, [&] {
     switch (spank_context()) {
       case S_CTX_ALLOCATOR:
-      case S_CTX_LOCAL:
         return record_datasets(sp);
+      case S_CTX_LOCAL:
+        if (const int rc = record_datasets(sp); rc != 0) return rc;
+        return give_step_a_key();
       case S_CTX_REMOTE:
         saker::spank::residency_prepare(sp, g_state.config, g_state.datasets);
         saker::spank::telemetry_start(sp, g_state.config);

@@ -6,7 +6,9 @@
 #  - an unrunnable program exits 127 and is never restarted;
 #  - torchrun's variables reach every rank;
 #  - --timeout sends SIGTERM and waits --grace, so the ranks can checkpoint;
-#  - a rank whose heartbeat stops is stopped and counted as a failure.
+#  - a rank whose heartbeat stops is stopped and counted as a failure;
+#  - each attempt's ranks share a fresh SAKER_JOB_KEY, and a plain srun step gets one from
+#    spank_saker.so, a new one per step (issue 28).
 source "$(dirname "$0")/lib.sh"
 it_require_root
 it_cluster_up --nodes 2 --gpus-per-node 0 --partitions "all=saker[1-2]"
@@ -47,6 +49,43 @@ out=$(batch vars "$run --max-restarts 2 -- /bin/sh -c 'echo vars \$RANK \$GROUP_
 job=$(sed -n 's/.*attempt 1 starting.*(job \([0-9]*\),.*/\1/p' <<<"$out" | head -n 1)
 assert_contains "$out" "vars 0 2 0 2 0 2 $job" "rank 0 sees torchrun's variables (GROUP/ROLE sizes, restart count, run id $job)"
 assert_contains "$out" "vars 1 2 1 2 0 2 $job" "rank 1 too"
+
+# Issue 28: the ranks of each attempt share a fresh job key (SAKER_JOB_KEY), which srun
+# carries to them and nothing prints; --transit reaches them as SAKER_COMM_TRANSIT.
+cat >"$IT_TMP/keys-rank.sh" <<EOF
+#!/bin/sh
+echo "\$SAKER_JOB_KEY \$SAKER_COMM_TRANSIT" > $IT_TMP/key.\$SAKER_RUN_ATTEMPT.\$RANK
+if [ "\$SAKER_RUN_ATTEMPT" = 1 ] && [ "\$RANK" = 1 ]; then
+  while [ ! -s $IT_TMP/key.1.0 ]; do sleep 0.1; done
+  exit 3
+fi
+EOF
+chmod 0755 "$IT_TMP/keys-rank.sh"
+out=$(batch keys "$run --max-restarts 1 --transit encrypt -- $IT_TMP/keys-rank.sh; echo rc=\$?")
+assert_contains "$out" "rc=0" "attempt 1 fails, attempt 2 succeeds"
+k10=$(cat "$IT_TMP/key.1.0" 2>&1) k11=$(cat "$IT_TMP/key.1.1" 2>&1)
+k20=$(cat "$IT_TMP/key.2.0" 2>&1) k21=$(cat "$IT_TMP/key.2.1" 2>&1)
+assert_eq 1 "$(grep -cxE '[0-9a-f]{64} encrypt' <<<"$k10")" "rank 0 (saker1) gets a 256-bit key and --transit=encrypt"
+assert_eq "$k10" "$k11" "rank 1 (saker2) gets the same key in attempt 1"
+assert_eq "$k20" "$k21" "both ranks share attempt 2's key"
+assert_eq 1 "$(grep -cxE '[0-9a-f]{64} encrypt' <<<"$k20")" "attempt 2's key is a 256-bit key too"
+if [[ $k20 != "$k10" ]]; then it_pass "attempt 2 has a new key"; else it_fail "attempt 2 reuses attempt 1's key"; fi
+key=${k10%% *}
+assert_not_contains "$out" "$key" "the key is not in saker-run's output"
+assert_eq "" "$(grep -rlF "$key" "$IT_PREFIX" 2>/dev/null)" "nor in Slurm's logs and state"
+
+# A plain srun step gets its own key from spank_saker.so (srun, local context), the next
+# step another; a key the user gave is kept.
+it_run srun -Q -p all -N2 -n2 printenv SAKER_JOB_KEY
+step1=$(grep -xE '[0-9a-f]{64}' <<<"$IT_OUT" | sort -u)
+assert_eq 2 "$(grep -cxE '[0-9a-f]{64}' <<<"$IT_OUT")" "both tasks of a plain srun -N2 step see a job key"
+assert_eq 1 "$(grep -c . <<<"$step1")" "the same key on both nodes"
+it_run srun -Q -p all -N2 -n2 printenv SAKER_JOB_KEY
+step2=$(grep -xE '[0-9a-f]{64}' <<<"$IT_OUT" | sort -u)
+assert_eq 1 "$(grep -c . <<<"$step2")" "the next step's tasks share a key too"
+if [[ -n $step1 && $step2 != "$step1" ]]; then it_pass "and it is a new one"; else it_fail "two steps got the same key"; fi
+it_run env SAKER_JOB_KEY=given srun -Q -p all -N2 -n2 printenv SAKER_JOB_KEY
+assert_eq "given given" "$(grep -x given <<<"$IT_OUT" | tr '\n' ' ' | sed 's/ $//')" "a key already set is kept"
 
 out=$(batch timeout "$run --max-restarts 0 --timeout 2 --grace 20 -- /bin/sh -c 'trap \"echo checkpointed \\\$RANK; exit 75\" TERM; while :; do sleep 0.2; done'; echo rc=\$?")
 assert_contains "$out" "sending SIGTERM, then SIGKILL after 20 s" "--timeout sends SIGTERM first"

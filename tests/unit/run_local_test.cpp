@@ -1,12 +1,18 @@
 // saker-run --local end to end, with small shell programs as the ranks.
 #include <catch2/catch.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "common/error.hpp"
 #include "launcher/run/launcher.hpp"
 
 using namespace saker::run;
@@ -107,4 +113,59 @@ TEST_CASE("--transit reaches every rank as SAKER_COMM_TRANSIT") {
   CHECK(run_supervised(o, "unused") == kExitOk);
   CHECK(t.read("t0") == "encrypt\n");
   CHECK(t.read("t1") == "encrypt\n");
+}
+
+// Another user (uid 65534) listening on a port with SO_REUSEADDR, as torch's TCPStore
+// would; the process goes away with the object, whatever the test's outcome.
+class Squatter {
+ public:
+  Squatter() {
+    int ready[2];
+    REQUIRE(::pipe(ready) == 0);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::close(ready[0]);
+      if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(1);
+      const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      const int one = 1;
+      ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      socklen_t len = sizeof a;
+      if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd, 4) != 0 ||
+          ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) ::_exit(1);
+      const int port = ntohs(a.sin_port);
+      (void)!::write(ready[1], &port, sizeof port);
+      ::pause();
+      ::_exit(0);
+    }
+    ::close(ready[1]);
+    const bool got = ::read(ready[0], &port_, sizeof port_) == static_cast<ssize_t>(sizeof port_);
+    ::close(ready[0]);
+    REQUIRE(got);
+  }
+  ~Squatter() {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  int port() const { return port_; }
+
+ private:
+  pid_t pid_ = -1;
+  int port_ = 0;
+};
+
+TEST_CASE("a MASTER_PORT that another user already listens on is refused before any rank starts") {
+  const Squatter squatter;
+  TempDir t;
+  RunOptions o = local(1, "touch " + t.path.string() + "/started");
+  o.master_port = squatter.port();
+  try {
+    run_supervised(o, "unused");
+    FAIL_CHECK("the taken port was not refused");
+  } catch (const saker::Error& e) {
+    CHECK_THAT(e.what(), Catch::Matchers::Contains("MASTER_PORT " + std::to_string(o.master_port)) &&
+                             Catch::Matchers::Contains("another program listens there"));
+  }
+  CHECK_FALSE(fs::exists(t.path / "started"));
 }
