@@ -235,6 +235,12 @@ void Mesh::fail(const std::string& during, int suspect, const std::string& local
     // report our own view.
     if (alive) cv_.wait_for(lock, timeout_, [&] { return aborted_.load(); });
   }
+  lock.unlock();
+  fail_here(during, local_reason);
+}
+
+void Mesh::fail_here(const std::string& during, const std::string& local_reason) {
+  std::unique_lock lock(mu_);
   if (aborted_) throw Error("saker: " + during + " aborted: " + abort_reason_);
   std::string reason = local_reason + " (seen by " + who(rank_) + ")";
   bool first = !notified_;

@@ -70,6 +70,9 @@ class Mesh {
   // once), so then we wait for the notice of the rank that really saw the failure.
   // Always throws.
   [[noreturn]] void fail(const std::string& during, int suspect, const std::string& local_reason);
+  // A failure this rank is sure of (a peer's frame failed its authentication, aead.hpp):
+  // tells every other rank at once, without pinging or waiting, then throws.
+  [[noreturn]] void fail_here(const std::string& during, const std::string& local_reason);
   // Throws the abort reason if one arrived.
   void check_abort(const std::string& during) const;
 

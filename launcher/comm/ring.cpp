@@ -101,6 +101,20 @@ class SendThread {
   std::string error_;
 };
 
+// Opens what has arrived on a sealed direction. A frame that fails its tag ends the
+// collective on every rank at once, naming the link: this rank knows what happened, so
+// it neither pings the sender nor waits for anyone's notice.
+ssize_t open_arrived(Mesh& mesh, aead::SealedReceiver& rx, int fd, const std::function<void(std::size_t, std::size_t)>& on_frame,
+                     const char* during) {
+  try {
+    return rx.pump(fd, on_frame);
+  } catch (const aead::Tampered& e) {
+    std::string what = e.what();
+    if (what.rfind("saker: ", 0) == 0) what.erase(0, 7);
+    mesh.fail_here(during, what);
+  }
+}
+
 // Below this a thread start costs more than the overlap gains.
 constexpr std::size_t kThreadedSendBytes = 1u << 20;
 // Exchanges up to LinkPlan::busy_poll_bytes busy-poll (yielding the core between
@@ -189,7 +203,7 @@ void Ring::exchange(const void* sbuf, std::size_t slen, void* rbuf, std::size_t 
     }
     if (got < rlen) {
       std::size_t in_chunk = got % chunk;
-      ssize_t k = rx       ? rx->pump(rfd, on_chunk)
+      ssize_t k = rx       ? open_arrived(mesh_, *rx, rfd, on_chunk, during)
                   : staged ? ::recv(rfd, rp + in_chunk, std::min(rlen - got, chunk - in_chunk), MSG_DONTWAIT)
                            : ::recv(rfd, rp + got, std::min(rlen - got, chunk), MSG_DONTWAIT);
       if (k > 0) { got = rx ? rx->got() : got + static_cast<std::size_t>(k); progress = true; }
@@ -395,7 +409,7 @@ void Ring::exchange_all(std::vector<Transfer>& xs, const char* during) {
                                        " (it exited or was killed)");
       }
       if (x.got < x.rlen) {
-        ssize_t k = x.rx ? x.rx->pump(rfds[i], nullptr) : ::recv(rfds[i], x.recv + x.got, x.rlen - x.got, MSG_DONTWAIT);
+        ssize_t k = x.rx ? open_arrived(mesh_, *x.rx, rfds[i], nullptr, during) : ::recv(rfds[i], x.recv + x.got, x.rlen - x.got, MSG_DONTWAIT);
         if (k > 0) { x.got = x.rx ? x.rx->got() : x.got + static_cast<std::size_t>(k); progress = true; }
         else if (k == 0)
           mesh_.fail(during, x.peer, mesh_.who(x.peer) + " closed the connection while we were receiving (it exited or was killed)");
