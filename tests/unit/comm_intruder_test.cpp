@@ -22,6 +22,7 @@
 #ifndef SAKER_TEST_OLD_API
 #include "launcher/comm/auth.hpp"
 #include "launcher/comm/fusion.hpp"
+#include "launcher/comm/mesh.hpp"
 #endif
 
 using namespace saker::comm;
@@ -310,6 +311,39 @@ TEST_CASE("fusion: forged negotiation lengths and tensor sizes are refused, nami
     INFO(bad);
     CHECK_THROWS_AS(fusion_wire::decode(bad, "rank 1 (host h1)"), saker::Error);
     CHECK_THROWS_WITH(fusion_wire::decode(bad, "rank 1 (host h1)"), Catch::Contains("rank 1 (host h1)"));
+  }
+}
+#endif
+
+#ifndef SAKER_TEST_OLD_API
+// A stranger that connects and says nothing holds a handshake thread until
+// Mesh::kHandshakeLimit, not the listener: a rank's link opened meanwhile is accepted
+// while the stranger is still connected.
+TEST_CASE("mesh: a silent stranger on a listener holds up no link", "[comm][intruder]") {
+  std::vector<PeerInfo> peers(2);
+  std::vector<net::Fd> listeners;
+  for (int r = 0; r < 2; ++r) {
+    int port = 0;
+    listeners.push_back(net::listen_on("127.0.0.1", 0, &port));
+    peers[static_cast<std::size_t>(r)] = {"127.0.0.1", port, "host" + std::to_string(r), "n" + std::to_string(r), getpid(), "m"};
+  }
+  auto ctx = [] { return auth::Context{auth::JobKey::from_raw(test::test_key()), "test"}; };
+  Mesh rank1(1, peers, std::move(listeners[1]), 20s, ctx());
+  std::vector<net::Fd> silent;
+  for (int i = 0; i < 8; ++i) silent.push_back(attacker_connect("127.0.0.1", peers[1].port));
+  Mesh rank0(0, peers, std::move(listeners[0]), 20s, ctx());
+  int a = rank0.link(1, 5);
+  int b = rank1.link(0, 5);
+  const char ping = 'x';
+  REQUIRE(::send(a, &ping, 1, MSG_NOSIGNAL) == 1);
+  char got = 0;
+  REQUIRE(recv(b, &got, 1, 0) == 1);
+  CHECK(got == 'x');
+  CHECK(rank0.link_keys(1, 5).send == rank1.link_keys(0, 5).recv);
+  CHECK(rank0.link_keys(1, 5).recv == rank1.link_keys(0, 5).send);
+  for (auto& s : silent) {  // still connected: the link did not wait for their handshakes to end
+    pollfd p{s.get(), POLLIN, 0};
+    CHECK(poll(&p, 1, 0) == 0);
   }
 }
 #endif
