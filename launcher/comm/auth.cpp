@@ -200,7 +200,8 @@ JobKey read_key_file(const std::string& path) {
   if (stat(dir.c_str(), &ds) != 0) return refuse("its directory " + dir + " cannot be read: " + std::strerror(errno));
   if (ds.st_uid != geteuid()) return refuse("its directory " + dir + " belongs to another user (uid " + std::to_string(ds.st_uid) + ")");
   if (ds.st_mode & 077) return refuse("its directory " + dir + " is open to group or others (mode " + octal_mode(ds.st_mode) + ")");
-  net::Fd fd(open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  // O_NONBLOCK: a FIFO in its place must be refused, not wait for a writer.
+  net::Fd fd(open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
   if (!fd) return refuse(std::string("it cannot be opened (a symbolic link is refused too): ") + std::strerror(errno));
   struct stat fs{};
   if (fstat(fd.get(), &fs) != 0 || !S_ISREG(fs.st_mode)) return refuse("it is not a regular file");

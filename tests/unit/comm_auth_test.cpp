@@ -185,6 +185,10 @@ TEST_CASE("job key file: only 0600 in a 0700 directory, both this user's", "[com
   REQUIRE(symlink(path.c_str(), link.c_str()) == 0);
   CHECK_THROWS_WITH(read_key_file(link), Catch::Contains("symbolic link"));
   unlink(link.c_str());
+  std::string fifo = dir + "/fifo";
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK_THROWS_WITH(read_key_file(fifo), Catch::Contains("not a regular file"));  // without waiting for a writer
+  unlink(fifo.c_str());
   unlink(path.c_str());
   rmdir(dir.c_str());
 }
