@@ -254,6 +254,11 @@ class FlippingProxy {
   }
   int port() const { return my_port_; }
   bool flipped() const { return flipped_; }
+  // Everything it forwarded from clients to servers (a passive listener's view).
+  std::string captured() {
+    std::lock_guard lock(mu_);
+    return captured_;
+  }
 
  private:
   void accept_loop() {
@@ -283,6 +288,10 @@ class FlippingProxy {
       std::size_t n = static_cast<std::size_t>(k);
       if (client_to_server && flip_at_ >= seen && flip_at_ < seen + n && !flipped_.exchange(true))
         buf[flip_at_ - seen] ^= 0x10;
+      if (client_to_server) {
+        std::lock_guard lock(mu_);
+        captured_.append(buf.data(), n);
+      }
       seen += n;
       if (!saker_send_all(to, buf.data(), n)) break;
     }
@@ -307,6 +316,7 @@ class FlippingProxy {
   std::mutex mu_;
   std::vector<int> fds_;
   std::vector<std::thread> pumps_;
+  std::string captured_;
 };
 
 // Rank 0's view of the shared store, poisoned: rank 1's address and port are the proxy's.
@@ -328,6 +338,7 @@ class PoisonedStore : public Store {
 
 struct MitmOutcome {
   bool flipped = false;
+  std::string captured;  // rank 0 -> rank 1, as the proxy saw it
   std::string errors[2];
   bool wrong[2] = {false, false};  // completed with a result other than the reference
 };
@@ -335,7 +346,17 @@ struct MitmOutcome {
 // Two ranks on two "nodes"; rank 0 reaches rank 1 only through the proxy, which flips
 // a bit deep inside rank 0's first reduce-scatter data (the ring algorithm at every
 // size, no calibration traffic before it).
-MitmOutcome run_through_proxy(Transit transit) {
+// kNoFlip: the proxy only listens.
+constexpr std::size_t kNoFlip = ~std::size_t{0};
+
+// A run whose rank 0 tensor is i % 7 + r, as bytes: what a listener would look for.
+std::string rank0_pattern(std::size_t floats) {
+  std::vector<float> v(floats);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 7);
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+}
+
+MitmOutcome run_through_proxy(Transit transit, std::size_t flip_at = 40000) {
   setenv("SAKER_COMM_DIRECT_BYTES", "0", 1);
   setenv("SAKER_COMM_EXCHANGE_BYTES", "0", 1);
   auto real = saker::comm::make_memory_store();
@@ -349,7 +370,7 @@ MitmOutcome run_through_proxy(Transit transit) {
     in >> address >> port;
     std::getline(in, rest);
     std::lock_guard lock(proxy_mu);
-    if (!proxy) proxy = std::make_unique<FlippingProxy>(address, port, 40000);
+    if (!proxy) proxy = std::make_unique<FlippingProxy>(address, port, flip_at);
     return "127.0.0.1 " + std::to_string(proxy->port()) + rest;
   };
   MitmOutcome out;
@@ -379,6 +400,7 @@ MitmOutcome run_through_proxy(Transit transit) {
     });
   for (auto& t : ranks) t.join();
   out.flipped = proxy && proxy->flipped();
+  if (proxy) out.captured = proxy->captured();
   proxy.reset();
   unsetenv("SAKER_COMM_DIRECT_BYTES");
   unsetenv("SAKER_COMM_EXCHANGE_BYTES");
@@ -407,4 +429,37 @@ TEST_CASE("encrypt: a bit flipped in flight on a real TCP ring is detected, nami
     CHECK(m.errors[1].empty());
     CHECK((m.wrong[0] || m.wrong[1]));
   }
+}
+
+TEST_CASE("encrypt: a passive listener on the wire finds no tensor pattern", "[comm][aead][attack][mitm]") {
+  // 64 bytes of rank 0's tensor, from its first segment (which rank 0 sends to rank 1).
+  const std::string needle = rank0_pattern(1000).substr(4 * 100, 64);
+  MitmOutcome sealed = run_through_proxy(Transit::encrypt, kNoFlip);
+  INFO("rank 0: " << sealed.errors[0] << "\nrank 1: " << sealed.errors[1]);
+  REQUIRE(sealed.errors[0].empty());
+  REQUIRE(sealed.errors[1].empty());
+  CHECK_FALSE((sealed.wrong[0] || sealed.wrong[1]));
+  REQUIRE(sealed.captured.size() > 65536 * 2);  // the proxy saw rank 0's half of the data
+  CHECK(sealed.captured.find(needle) == std::string::npos);
+  // The listener's teeth: with authenticated links alone the same pattern is on the wire.
+  MitmOutcome clear = run_through_proxy(Transit::auth, kNoFlip);
+  REQUIRE(clear.errors[0].empty());
+  CHECK(clear.captured.find(needle) != std::string::npos);
+}
+
+TEST_CASE("encrypt: the fusion thread's negotiation and fused allreduces run sealed", "[comm][aead][encrypt]") {
+  saker::comm::Options o = saker::comm::test::quick_options();
+  o.transit = Transit::encrypt;
+  o.fusion = true;
+  saker::comm::test::run_ranks(2, [](Communicator& c, saker::comm::test::Failures& f) {
+    std::vector<std::vector<float>> ts;
+    std::vector<saker::comm::Handle> hs;
+    for (int i = 0; i < 5; ++i) ts.emplace_back(static_cast<std::size_t>(1000 * (i + 1)), static_cast<float>(c.rank() + i));
+    for (int i = 0; i < 5; ++i)
+      hs.push_back(c.enqueue_allreduce("t" + std::to_string(i), ts[static_cast<std::size_t>(i)].data(),
+                                       ts[static_cast<std::size_t>(i)].size(), DataType::f32));
+    for (auto& h : hs) h.wait();
+    for (int i = 0; i < 5; ++i)
+      if (ts[static_cast<std::size_t>(i)].back() != static_cast<float>(1 + 2 * i)) f.add("fused tensor " + std::to_string(i));
+  }, o, {"n0", "n1"});
 }
