@@ -1,12 +1,10 @@
 #include "launcher/comm/shm.hpp"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <immintrin.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -17,13 +15,12 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <string>
 
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "common/shm_names.hpp"
 #include "launcher/comm/reduce.hpp"
 
 namespace saker::comm {
@@ -78,30 +75,10 @@ std::size_t share_in_lines(std::size_t count, std::size_t parts, std::size_t ali
   return ((count + parts - 1) / parts + align - 1) / align * align;
 }
 
-// Whether a peer's process has ended. A dead process whose parent has not reaped it yet
-// (a launcher busy elsewhere) is a zombie, and kill(pid, 0) still succeeds on it: without
-// the state from /proc, its peers waited out the whole timeout.
-bool process_gone(int pid) {
-  if (kill(pid, 0) != 0) return errno == ESRCH;
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat;
-  if (!std::getline(in, stat)) return false;  // no /proc: trust kill()
-  std::size_t paren = stat.rfind(')');       // the command name may hold spaces and ')'
-  return paren != std::string::npos && paren + 2 < stat.size() && (stat[paren + 2] == 'Z' || stat[paren + 2] == 'X');
-}
-
-constexpr const char* kPrefix = "/saker-";
-constexpr std::size_t kRandomBytes = 16;  // 128 bits
-
 std::string octal(unsigned mode) {
   char buf[8];
   std::snprintf(buf, sizeof buf, "%04o", mode & 07777);
   return buf;
-}
-
-// The pid a well-formed name carries.
-int creator_pid(const std::string& name) {
-  return std::atoi(name.c_str() + std::strlen(kPrefix));
 }
 
 // What fstat says about a segment that is not the private one we expect, or "".
@@ -127,39 +104,6 @@ std::string mismatch(const struct stat& st, std::size_t bytes) {
 
 namespace segment {
 
-std::string fresh_name() {
-  unsigned char bits[kRandomBytes];
-  std::size_t got = 0;
-  while (got < sizeof bits) {
-    ssize_t n = getrandom(bits + got, sizeof bits - got, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0)
-      throw Error(explain("cannot draw a random name for the shared-memory segment", std::strerror(errno),
-                          "check that the kernel offers getrandom(2), or set SAKER_COMM_TRANSPORT=ring"));
-    got += static_cast<std::size_t>(n);
-  }
-  std::string name = kPrefix + std::to_string(getpid()) + "-";
-  static const char* hex = "0123456789abcdef";
-  for (unsigned char b : bits) {
-    name += hex[b >> 4];
-    name += hex[b & 15];
-  }
-  return name;
-}
-
-bool well_formed(const std::string& name) {
-  const std::size_t start = std::strlen(kPrefix);
-  if (name.compare(0, start, kPrefix) != 0) return false;
-  const std::size_t dash = name.find('-', start);
-  if (dash == std::string::npos || dash == start || dash - start > 10) return false;
-  if (!std::all_of(name.begin() + static_cast<long>(start), name.begin() + static_cast<long>(dash),
-                   [](char c) { return c >= '0' && c <= '9'; }))
-    return false;
-  const std::string tail = name.substr(dash + 1);
-  return tail.size() == 2 * kRandomBytes &&
-         std::all_of(tail.begin(), tail.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
-}
-
 int create(const std::string& name, std::size_t bytes) {
   int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
@@ -179,16 +123,22 @@ int create(const std::string& name, std::size_t bytes) {
   return fd;
 }
 
-int open_checked(const std::string& name, std::size_t bytes) {
+int open_checked(const std::string& name, std::size_t bytes, bool missing_ok) {
   int fd = shm_open(name.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0);
   if (fd < 0) {
     int err = errno;
+    if (err == ENOENT && missing_ok) return -1;
     if (err == ELOOP) refuse(name, "it is a symbolic link");
     throw Error(explain("cannot open the shared-memory segment /dev/shm" + name, std::strerror(err),
                         "the rank that made it may have failed: look at its output; or set SAKER_COMM_TRANSPORT=ring"));
   }
   struct stat st {};
   std::string why = fstat(fd, &st) != 0 ? std::string("fstat failed: ") + std::strerror(errno) : mismatch(st, bytes);
+  // Our own, still empty: the creator has not sized it yet (create() sets the mode first).
+  if (!why.empty() && missing_ok && S_ISREG(st.st_mode) && st.st_uid == geteuid() && st.st_size == 0) {
+    close(fd);
+    return -1;
+  }
   if (!why.empty()) {
     close(fd);
     refuse(name, why);
@@ -196,21 +146,13 @@ int open_checked(const std::string& name, std::size_t bytes) {
   return fd;
 }
 
-int sweep_stale() {
-  DIR* dir = opendir("/dev/shm");
-  if (!dir) return 0;
-  int removed = 0;
-  while (const dirent* e = readdir(dir)) {
-    const std::string name = std::string("/") + e->d_name;
-    struct stat st {};
-    if (!well_formed(name) || fstatat(dirfd(dir), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
-    // Only our own files, and only once their creator is gone: a live creator's name
-    // lasts until its members mapped it.
-    if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || !process_gone(creator_pid(name))) continue;
-    if (shm_unlink(name.c_str()) == 0) ++removed;
-  }
-  closedir(dir);
-  return removed;
+void remove_if_ours(const std::string& name) noexcept {
+  int fd = shm_open(name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC, 0);
+  if (fd < 0) return;
+  struct stat st {};
+  const bool ours = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid();
+  close(fd);
+  if (ours) shm_unlink(name.c_str());
 }
 
 }  // namespace segment
@@ -242,7 +184,6 @@ ShmGroup::~ShmGroup() {
 }
 
 void ShmGroup::map_segment(int channel) {
-  const bool creator = index_ == 0;
   int fd = -1;
   try {
     fd = share_name(channel);
@@ -258,44 +199,60 @@ void ShmGroup::map_segment(int channel) {
     if (fd >= 0) close(fd);
     if (base_) munmap(base_, map_bytes_);
     base_ = nullptr;
-    if (creator && !name_.empty()) shm_unlink(name_.c_str());
+    // A failed start (the creator or a member died) leaves no name behind either: every
+    // member knows it, and the first that finds it removes it.
+    if (!name_.empty()) segment::remove_if_ours(name_);
     throw;
   }
   // The mappings stay; the name goes, so that nothing is left in /dev/shm whatever happens.
-  if (creator) shm_unlink(name_.c_str());
+  // Every member removes it: the creator may be killed right after the barrier.
+  shm_unlink(name_.c_str());
 }
 
-// The name travels as a fixed-size, NUL-padded record over the (authenticated) mesh link.
+// The name travels as a fixed-size, NUL-padded record over the (authenticated) mesh links,
+// before the segment exists: then every member can remove it should the creator die at
+// any moment after creating it. The links are opened (and authenticated) first, so that
+// nothing slow runs while only the creator knows the name.
 int ShmGroup::share_name(int channel) {
   constexpr std::size_t kRecord = 64;
   const int link_channel = kNameChannel + channel;
   auto deadline = net::deadline_in(mesh_.timeout());
   if (index_ == 0) {
-    if (int swept = segment::sweep_stale(); swept > 0)
+    std::vector<int> links;
+    for (std::size_t j = 1; j < members_.size(); ++j) links.push_back(mesh_.link(members_[j], link_channel));
+    if (int swept = shm_names::sweep_stale(); swept > 0)
       log::info("comm: removed " + std::to_string(swept) + " shared-memory segment(s) that killed ranks left in /dev/shm");
-    std::string name = segment::fresh_name();
-    int fd = segment::create(name, map_bytes_);
-    name_ = name;  // set only once it is ours: a failure removes only a segment we made
-    try {
-      char record[kRecord] = {};
-      std::memcpy(record, name_.data(), std::min(name_.size(), kRecord - 1));
-      for (std::size_t j = 1; j < members_.size(); ++j) {
-        int peer = members_[j];
-        net::send_all(mesh_.link(peer, link_channel), record, kRecord, deadline, mesh_.who(peer));
-      }
-    } catch (...) {
-      close(fd);
-      throw;
-    }
-    return fd;
+    name_ = shm_names::fresh();
+    char record[kRecord] = {};
+    std::memcpy(record, name_.data(), std::min(name_.size(), kRecord - 1));
+    for (std::size_t j = 1; j < members_.size(); ++j)
+      net::send_all(links[j - 1], record, kRecord, deadline, mesh_.who(members_[j]));
+    return segment::create(name_, map_bytes_);
   }
+  const int creator = members_[0];
   char record[kRecord] = {};
-  net::recv_all(mesh_.link(members_[0], link_channel), record, kRecord, deadline, mesh_.who(members_[0]));
-  name_.assign(record, strnlen(record, kRecord));
-  if (!segment::well_formed(name_))
-    throw Error(explain("refusing the shared-memory segment name that " + mesh_.who(members_[0]) + " sent",
+  net::recv_all(mesh_.link(creator, link_channel), record, kRecord, deadline, mesh_.who(creator));
+  std::string name(record, strnlen(record, kRecord));
+  if (!shm_names::well_formed(name))
+    throw Error(explain("refusing the shared-memory segment name that " + mesh_.who(creator) + " sent",
                         "it is not of the form /saker-PID-HEX", "use the same Saker version on every rank"));
-  return segment::open_checked(name_, map_bytes_);
+  name_ = name;
+  // The creator makes it right after sending the name: wait for it, watching the creator.
+  for (int tries = 1;; ++tries) {
+    if (int fd = segment::open_checked(name_, map_bytes_, /*missing_ok=*/true); fd >= 0) return fd;
+    if (tries % 64 == 0) {
+      mesh_.check_abort("mapping the shared-memory segment");
+      int pid = mesh_.peer(creator).pid;
+      if (pid > 0 && pid != getpid() && shm_names::process_gone(pid))
+        mesh_.fail("mapping the shared-memory segment", creator, mesh_.who(creator) + " exited (process " +
+                                                                     std::to_string(pid) + " is gone)");
+      if (net::Clock::now() >= deadline)
+        mesh_.fail("mapping the shared-memory segment", creator,
+                   mesh_.who(creator) + " did not create /dev/shm" + name_ + " within " +
+                       std::to_string(mesh_.timeout().count()) + " ms");
+    }
+    sched_yield();
+  }
 }
 
 // The segment: all lanes' flags first, then each lane's two slot sets.
@@ -320,7 +277,7 @@ void ShmGroup::barrier(int lane, const char* during) {
       mesh_.check_abort(during);
       int peer = members_[static_cast<std::size_t>(j)];
       int pid = mesh_.peer(peer).pid;
-      if (pid > 0 && pid != getpid() && process_gone(pid))
+      if (pid > 0 && pid != getpid() && shm_names::process_gone(pid))
         mesh_.fail(during, peer, mesh_.who(peer) + " exited (process " + std::to_string(pid) + " is gone)");
       if (net::Clock::now() >= deadline)
         mesh_.fail(during, peer, mesh_.who(peer) + " did not answer within " + std::to_string(mesh_.timeout().count()) +

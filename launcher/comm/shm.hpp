@@ -43,23 +43,25 @@ class StoreChoice : public TimedChoice {
 // The segment's file in /dev/shm. Another user on the node can create a file there under
 // any name it can guess, and learn names from the rendezvous store. So the node's first
 // member creates the segment with O_CREAT|O_EXCL|O_NOFOLLOW, mode 0600, under a name
-// with 128 random bits, and tells the others the name over its mesh links (not the
-// store, which may be torch's and readable); they use it only if it is still a regular
-// file of their own uid, mode 0600, of the expected size. The name is removed as soon
-// as every member mapped it, so a rank killed later leaves nothing behind; what a
-// creator killed before that left is swept by the next group created on the node.
+// with 128 random bits (common/shm_names.hpp), and tells the others the name over its mesh
+// links (not the store, which may be torch's and readable); they use it only if it is
+// still a regular file of their own uid, mode 0600, of the expected size. The name is
+// sent before the segment is created, and every member removes it as soon as all of them
+// mapped it, or when the start fails (a rank died), so a rank killed at any moment leaves
+// nothing behind as long as one rank of the node lives on. What is left when all of them
+// are killed at once in that short window, the next group created on the node by the same
+// user removes (shm_names::sweep_stale).
 namespace segment {
-// "/saker-PID-HEX": the creator's pid (for the sweep) and 32 hex digits from getrandom().
-std::string fresh_name();
-bool well_formed(const std::string& name);
 // The creator's side: a new private segment of `bytes`; never adopts an existing name.
 // Returns its descriptor; throws saker::Error naming the segment.
 int create(const std::string& name, std::size_t bytes);
 // A member's side: the segment, refused (saker::Error naming it, the owner and mode found
 // and the fix) unless it is a regular file owned by this uid, mode 0600, `bytes` long.
-int open_checked(const std::string& name, std::size_t bytes);
-// Removes this uid's well-formed segments whose creator process is gone; returns how many.
-int sweep_stale();
+// With missing_ok, -1 while it does not exist or is still empty (its creator is between
+// creating and sizing it).
+int open_checked(const std::string& name, std::size_t bytes, bool missing_ok = false);
+// Removes the name if it is this uid's regular file (a failed start's cleanup).
+void remove_if_ours(const std::string& name) noexcept;
 }  // namespace segment
 
 class ShmGroup {

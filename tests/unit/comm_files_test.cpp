@@ -23,10 +23,12 @@
 #include <fstream>
 
 #include "comm_test_support.hpp"
+#include "common/shm_names.hpp"
 #include "launcher/comm/shm.hpp"
 #include "launcher/comm/timeline.hpp"
 
 using namespace saker::comm;
+namespace shm_names = saker::shm_names;
 
 namespace {
 
@@ -113,20 +115,20 @@ std::vector<std::string> two_ranks_on_one_node(std::shared_ptr<Store> store) {
 
 TEST_CASE("shm segment: fresh names are unpredictable and checked", "[comm][shm]") {
   std::set<std::string> names;
-  for (int i = 0; i < 100; ++i) names.insert(segment::fresh_name());
+  for (int i = 0; i < 100; ++i) names.insert(shm_names::fresh());
   CHECK(names.size() == 100);
   const std::string n = *names.begin();
-  CHECK(segment::well_formed(n));
+  CHECK(shm_names::well_formed(n));
   CHECK(n.rfind("/saker-" + std::to_string(getpid()) + "-", 0) == 0);
   CHECK(n.size() == std::string("/saker-" + std::to_string(getpid()) + "-").size() + 32);  // 128 bits in hex
   for (const char* bad : {"/saker-12-abc", "/saker--0123456789abcdef0123456789abcdef", "/saker-1-../../etc/passwd",
                           "/other-1-0123456789abcdef0123456789abcdef", "/saker-1-0123456789ABCDEF0123456789ABCDEF"})
-    CHECK_FALSE(segment::well_formed(bad));
+    CHECK_FALSE(shm_names::well_formed(bad));
 }
 
 TEST_CASE("shm segment: a fresh one is a private 0600 file of the creator whatever the umask", "[comm][shm]") {
   Removed cleanup;
-  const std::string name = segment::fresh_name();
+  const std::string name = shm_names::fresh();
   mode_t old = umask(0);
   int fd = segment::create(name, kBytes);
   umask(old);
@@ -145,7 +147,7 @@ TEST_CASE("shm segment: a fresh one is a private 0600 file of the creator whatev
 
 TEST_CASE("shm attack: a segment another user pre-created is refused and never adopted", "[comm][shm][attack]") {
   Removed cleanup;
-  const std::string name = segment::fresh_name();
+  const std::string name = shm_names::fresh();
   plant(name, 0600);
   cleanup.names.push_back(name);
   // The creator never reuses the name; a member refuses it, naming what it found.
@@ -157,7 +159,7 @@ TEST_CASE("shm attack: a segment another user pre-created is refused and never a
 
 TEST_CASE("shm attack: a segment readable by others (mode 0644) is refused", "[comm][shm][attack]") {
   Removed cleanup;
-  const std::string name = segment::fresh_name();
+  const std::string name = shm_names::fresh();
   plant(name, 0644, geteuid());  // even our own
   cleanup.names.push_back(name);
   CHECK_THROWS_WITH(segment::open_checked(name, kBytes), Catch::Contains("/dev/shm" + name) && Catch::Contains("mode 0644"));
@@ -166,7 +168,7 @@ TEST_CASE("shm attack: a segment readable by others (mode 0644) is refused", "[c
 TEST_CASE("shm attack: a symbolic link in place of a segment is refused", "[comm][shm][attack]") {
   Removed cleanup;
   // The link points at a private, well-sized segment of ours: only the link is wrong.
-  const std::string target = segment::fresh_name(), name = segment::fresh_name();
+  const std::string target = shm_names::fresh(), name = shm_names::fresh();
   plant(target, 0600, geteuid());
   cleanup.names.push_back(target);
   REQUIRE(symlink(("/dev/shm" + target).c_str(), ("/dev/shm" + name).c_str()) == 0);
@@ -214,7 +216,7 @@ TEST_CASE("shm: a segment whose creator was killed before its members mapped it 
           "[comm][shm]") {
   pid_t child = fork();
   if (child == 0) {
-    segment::create(segment::fresh_name(), kBytes);  // the members never come
+    segment::create(shm_names::fresh(), kBytes);  // the members never come
     raise(SIGKILL);
     _exit(1);
   }
@@ -228,7 +230,7 @@ TEST_CASE("shm: a segment whose creator was killed before its members mapped it 
   const std::string foreign = "/saker-" + std::to_string(child) + "-0123456789abcdef0123456789abcdef";
   plant(foreign, 0600);
   cleanup.names.push_back(foreign);
-  const std::string live = segment::fresh_name();
+  const std::string live = shm_names::fresh();
   close(segment::create(live, kBytes));
   cleanup.names.push_back(live);
   CHECK(two_ranks_on_one_node(make_memory_store()) == std::vector<std::string>{"", ""});
@@ -238,10 +240,28 @@ TEST_CASE("shm: a segment whose creator was killed before its members mapped it 
   CHECK(stat(("/dev/shm" + live).c_str(), &st) == 0);
 }
 
-TEST_CASE("shm: a rank killed after the start leaves nothing in /dev/shm", "[comm][shm]") {
-  TcpStoreServer server(0, test::quick_options(), "127.0.0.1");  // the store API takes the job key (handshake)
-  const std::string dir = "/tmp/saker-comm-files-" + std::to_string(getpid());
-  REQUIRE(mkdir(dir.c_str(), 0700) == 0);
+TEST_CASE("shm: the sweep removes a segment whose creator was killed, and only that", "[comm][shm]") {
+  pid_t child = fork();
+  if (child == 0) {
+    segment::create(shm_names::fresh(), kBytes);
+    raise(SIGKILL);
+    _exit(1);
+  }
+  REQUIRE(child > 0);
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  REQUIRE(entries_of(child) == 1);
+  CHECK(shm_names::sweep_stale() >= 1);
+  CHECK(entries_of(child) == 0);
+  CHECK(shm_names::process_gone(child));
+  CHECK_FALSE(shm_names::process_gone(getpid()));
+}
+
+namespace {
+
+// Two ranks on one node as forked processes over a TCP store; each writes DIR/ready.RANK
+// after its first allreduce and then loops on allreduces until it fails or is killed.
+std::vector<pid_t> fork_two_ranks(const TcpStoreServer& server, const std::string& dir) {
   std::vector<pid_t> pids;
   for (int r = 0; r < 2; ++r) {
     pid_t pid = fork();
@@ -260,10 +280,22 @@ TEST_CASE("shm: a rank killed after the start leaves nothing in /dev/shm", "[com
     }
     pids.push_back(pid);
   }
-  auto ready = [&] {
-    struct stat st {};
-    return stat((dir + "/ready.0").c_str(), &st) == 0 && stat((dir + "/ready.1").c_str(), &st) == 0;
-  };
+  return pids;
+}
+
+bool exists(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("shm: a rank killed after the start leaves nothing in /dev/shm", "[comm][shm]") {
+  TcpStoreServer server(0, test::quick_options(), "127.0.0.1");  // the store API takes the job key (handshake)
+  const std::string dir = "/tmp/saker-comm-files-" + std::to_string(getpid());
+  REQUIRE(mkdir(dir.c_str(), 0700) == 0);
+  std::vector<pid_t> pids = fork_two_ranks(server, dir);
+  auto ready = [&] { return exists(dir + "/ready.0") && exists(dir + "/ready.1"); };
   for (int i = 0; i < 600 && !ready(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   CHECK(ready());
   kill(pids[1], SIGKILL);  // the member
@@ -271,6 +303,25 @@ TEST_CASE("shm: a rank killed after the start leaves nothing in /dev/shm", "[com
   for (pid_t p : pids) waitpid(p, nullptr, 0);
   CHECK(entries_of(pids[0]) == 0);
   CHECK(entries_of(pids[1]) == 0);
+  for (const char* f : {"/ready.0", "/ready.1"}) unlink((dir + f).c_str());
+  rmdir(dir.c_str());
+}
+
+TEST_CASE("shm: a creator killed the moment its segment appears leaves nothing once its peer has seen it go",
+          "[comm][shm]") {
+  // What the attacker suite does with SIGKILL: the other rank of the node knew the name
+  // before the segment existed, sees its creator gone and removes the name.
+  TcpStoreServer server(0, test::quick_options(), "127.0.0.1");
+  const std::string dir = "/tmp/saker-comm-files-k-" + std::to_string(getpid());
+  REQUIRE(mkdir(dir.c_str(), 0700) == 0);
+  std::vector<pid_t> pids = fork_two_ranks(server, dir);
+  for (int i = 0; i < 200000 && entries_of(pids[0]) == 0 && !exists(dir + "/ready.0"); ++i) sched_yield();
+  kill(pids[0], SIGKILL);
+  int status = 0;
+  waitpid(pids[1], &status, 0);  // it fails (its peer is gone) and exits by itself
+  CHECK(WIFEXITED(status));
+  waitpid(pids[0], nullptr, 0);
+  CHECK(entries_of(pids[0]) == 0);
   for (const char* f : {"/ready.0", "/ready.1"}) unlink((dir + f).c_str());
   rmdir(dir.c_str());
 }
