@@ -1,23 +1,26 @@
 // saker-sweep's front end (sweep/cli.hpp): subcommands, options, messages, exit codes.
+// Every error names the thing, the reason and the fix; usage errors (an unknown command or
+// option, a missing value or sweep) exit 2 and say what was probably meant.
 #include "sweep/cli.hpp"
 
 #include <unistd.h>
 
 #include <algorithm>
-#include <boost/program_options.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <iostream>
+#include <map>
+#include <optional>
+#include <ostream>
+#include <set>
 #include <sstream>
 
-#include "common/log.hpp"
+#include "common/error.hpp"
 #include "saker/ckpt.hpp"
 #include "sweep/report.hpp"
 #include "sweep/submit.hpp"
 #include "sweep/worker.hpp"
 
-namespace po = boost::program_options;
 namespace fs = std::filesystem;
 
 namespace saker::sweep {
@@ -35,24 +38,193 @@ struct Exit {
   std::string message;
 };
 
-const char* kUsageText =
-    "Usage:\n"
-    "  saker-sweep submit SWEEP [--dry-run]   submit the sweep's trials as one job array (sbatch);\n"
-    "                                         again after scancel: resume, finished trials never rerun\n"
-    "  saker-sweep run SWEEP                  run the trials here, one after another, without Slurm\n"
-    "  saker-sweep status SWEEP               trials: parameters, state, rung, steps, metric, checkpoint\n"
-    "  saker-sweep best SWEEP [--command]     the best trial and the command that reproduces it\n"
-    "  saker-sweep report SWEEP [--svg FILE] [--metric NAME]\n"
-    "                                         the table best first, and metric against step as SVG\n"
-    "  saker-sweep trial DIR                  one task of the job array (the batch script runs it)\n"
-    "  saker-sweep --help | --version\n"
-    "SWEEP is a sweep file (saker-sweep.yaml(5)) or the directory of a submitted sweep.\n"
-    "\n"
+// ---- The command line: subcommands and their options ------------------------------------
+
+struct Option {
+  std::string name;   // without "--"
+  std::string value;  // the value's name in help ("" : a switch)
+  std::string help;
+};
+
+struct Subcommand {
+  std::string name;
+  std::string synopsis;  // after "saker-sweep NAME"
+  std::string what;
+  std::vector<Option> options;
+};
+
+const std::vector<Subcommand>& subcommands() {
+  static const std::vector<Subcommand> all = {
+      {"submit", "SWEEP [--dry-run]",
+       "submit the sweep's unfinished trials as one job array (sbatch); again after scancel: resume, finished "
+       "trials never rerun",
+       {{"dry-run", "", "print the sbatch command instead of running it; write nothing"}}},
+      {"run", "SWEEP [--dry-run]", "run the unfinished trials here, one after another, without Slurm",
+       {{"dry-run", "", "list the trials it would run and their commands; write nothing"}}},
+      {"status", "SWEEP", "trials: parameters, state, rung, steps, metric, checkpoint", {}},
+      {"best", "SWEEP [--command]",
+       "the best trial and the command that reproduces it (read-only: the command makes its own fresh lineage)",
+       {{"command", "", "print only the command that reproduces it"}}},
+      {"report", "SWEEP [--svg FILE] [--metric NAME] [--goal minimize|maximize]",
+       "the table best first, and a metric against step as SVG",
+       {{"svg", "FILE", "where to write the plot (default DIR/report.svg)"},
+        {"metric", "NAME", "the metric to plot, one the trials reported (default: the sweep's)"},
+        {"goal", "minimize|maximize", "which way NAME is better, for the plot's title (default: the sweep's goal "
+                                      "for its metric; not said for another)"}}},
+      {"trial", "DIR", "one task of the job array (the batch script runs it; not for people)", {}},
+  };
+  return all;
+}
+
+const char* kExitCodes =
     "Exit codes (saker(7)): 0 done, 1 failed (a trial failed; best: no trial has a result yet),\n"
     "2 usage error, 3 the sweep file or directory cannot be read or does not load (FILE:LINE:COLUMN),\n"
     "or sbatch cannot be run, or trial outside a job array, 4 conflict: the sweep file changed since it\n"
-    "was submitted, or its job array still runs, 75 a trial stopped for requeue (trial, run),\n"
-    "78 sbatch refused the job array (the site policy or an sbatch option; its message is shown).\n";
+    "first ran, its state directory is another sweep file's, or its job array still runs, 75 a trial\n"
+    "stopped for requeue (trial), or a local run was interrupted (run), 78 sbatch refused the job array\n"
+    "(the site policy or an sbatch option; its message is shown).\n";
+
+std::string usage() {
+  std::string s = "Usage:\n";
+  for (const Subcommand& c : subcommands()) {
+    std::string head = "  saker-sweep " + c.name + " " + c.synopsis;
+    if (head.size() < 42) head.resize(42, ' ');
+    else head += "\n" + std::string(42, ' ');
+    s += head + " " + c.what + "\n";
+  }
+  s += "  saker-sweep COMMAND --help               one command's options\n"
+       "  saker-sweep --help | --version\n"
+       "SWEEP is a sweep file (saker-sweep.yaml(5)) or the state directory of one (its dir:).\n\n";
+  return s + kExitCodes;
+}
+
+std::string usage(const Subcommand& c) {
+  std::string s = "Usage: saker-sweep " + c.name + " " + c.synopsis + "\n  " + c.what + "\n";
+  if (!c.options.empty()) s += "Options:\n";
+  for (const Option& o : c.options) {
+    std::string head = "  --" + o.name + (o.value.empty() ? "" : " " + o.value);
+    if (head.size() < 30) head.resize(30, ' ');
+    s += head + " " + o.help + "\n";
+  }
+  s += "SWEEP is a sweep file (saker-sweep.yaml(5)) or the state directory of one (its dir:).\n";
+  return s;
+}
+
+// Edit distance with transpositions (optimal string alignment).
+std::size_t distance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
+  for (std::size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (std::size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i)
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  return d[a.size()][b.size()];
+}
+
+// The candidate `typed` most probably meant: an abbreviation of it, or one within a few
+// typos ("" when none is close).
+std::string closest(const std::string& typed, const std::vector<std::string>& candidates) {
+  const std::size_t allowed = std::max<std::size_t>(1, std::min<std::size_t>(2, typed.size() / 3));
+  std::string best;
+  std::size_t best_score = allowed + 1;
+  for (const std::string& c : candidates) {
+    const bool abbreviation = typed.size() >= 2 && c.rfind(typed, 0) == 0;
+    const std::size_t score = abbreviation ? 0 : distance(typed, c);
+    if (score < best_score) best = c, best_score = score;
+  }
+  return best;
+}
+
+std::string known_options(const Subcommand& c) {
+  if (c.options.empty()) return "saker-sweep " + c.name + " takes no options";
+  std::string s = "saker-sweep " + c.name + " takes";
+  for (const Option& o : c.options) s += " --" + o.name + (o.value.empty() ? "" : " " + o.value) + ",";
+  s.back() = ';';
+  return s + " see saker-sweep " + c.name + " --help";
+}
+
+struct Args {
+  std::string sweep;
+  std::map<std::string, std::string> values;  // options given, a switch as ""
+  bool help = false;
+  bool has(const std::string& name) const { return values.count(name) != 0; }
+  std::string get(const std::string& name) const { return has(name) ? values.at(name) : ""; }
+};
+
+Exit usage_error(const std::string& what, const std::string& why, const std::string& fix) {
+  return Exit{kUsage, saker::explain(what, why, fix)};
+}
+
+// Options anywhere (--name VALUE, --name=VALUE), one SWEEP, "--" ends the options.
+Args parse(const Subcommand& c, const std::vector<std::string>& words) {
+  Args a;
+  bool options = true;
+  std::vector<std::string> positional;
+  for (std::size_t i = 0; i < words.size(); ++i) {
+    const std::string& w = words[i];
+    if (options && w == "--") {
+      options = false;
+    } else if (options && (w == "--help" || w == "-h")) {
+      a.help = true;
+    } else if (options && w.size() > 1 && w[0] == '-') {
+      const bool dashes = w.rfind("--", 0) == 0;
+      const std::size_t eq = dashes ? w.find('=') : std::string::npos;
+      const std::string name = w.substr(dashes ? 2 : 1, eq == std::string::npos ? std::string::npos : eq - 2);
+      const auto o = std::find_if(c.options.begin(), c.options.end(), [&](const Option& x) { return x.name == name; });
+      if (o == c.options.end() || !dashes) {
+        std::vector<std::string> own, others;
+        for (const Option& x : c.options) own.push_back(x.name);
+        std::string guess = closest(name, own), whose;
+        if (guess.empty()) {
+          for (const Subcommand& s : subcommands())
+            for (const Option& x : s.options)
+              if (s.name != c.name && closest(name, {x.name}) == x.name && guess.empty()) guess = x.name, whose = s.name;
+        }
+        const std::string typed = eq == std::string::npos ? w : w.substr(0, eq);
+        throw usage_error("saker-sweep " + c.name + ": unknown option " + typed +
+                              (guess.empty() ? "" : "; did you mean --" + guess + "?" +
+                                                        (whose.empty() ? "" : " (an option of saker-sweep " + whose + ")")),
+                          "", known_options(c));
+      }
+      if (a.has(o->name))
+        throw usage_error("saker-sweep " + c.name + ": --" + o->name + " is given twice", "", "give it once");
+      if (o->value.empty()) {
+        if (eq != std::string::npos)
+          throw usage_error("saker-sweep " + c.name + ": --" + o->name + " takes no value", "it is a switch",
+                            "write --" + o->name + " alone");
+        a.values[o->name] = "";
+      } else if (eq != std::string::npos) {
+        a.values[o->name] = w.substr(eq + 1);
+      } else if (i + 1 < words.size()) {
+        a.values[o->name] = words[++i];
+      } else {
+        throw usage_error("saker-sweep " + c.name + ": --" + o->name + " needs a value", o->value + ": " + o->help,
+                          "saker-sweep " + c.name + " " + c.synopsis);
+      }
+      if (!o->value.empty() && a.values[o->name].empty())
+        throw usage_error("saker-sweep " + c.name + ": --" + o->name + " needs a value, not an empty word",
+                          o->value + ": " + o->help, "saker-sweep " + c.name + " " + c.synopsis);
+    } else {
+      positional.push_back(w);
+    }
+  }
+  if (a.help) return a;
+  const std::string thing = c.name == "trial" ? "state directory" : "sweep";
+  if (positional.empty())
+    throw usage_error("saker-sweep " + c.name + ": no " + thing + " given", "",
+                      "pass the sweep file (saker-sweep.yaml(5)) or its state directory: saker-sweep " + c.name + " " +
+                          c.synopsis);
+  if (positional.size() > 1)
+    throw usage_error("saker-sweep " + c.name + ": one " + thing + " at a time, not " + positional[0] + " and " +
+                          positional[1], "",
+                      "run saker-sweep " + c.name + " once per sweep");
+  a.sweep = positional[0];
+  return a;
+}
+
+// ---- Sweeps and their state directories ---------------------------------------------------
 
 std::string trim(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
@@ -66,31 +238,91 @@ std::string slurp(const fs::path& path) {
   return text.str();
 }
 
-// A sweep file, or a submitted sweep's directory (its frozen copy and origin).
-Spec load(const std::string& what) {
+std::string absolute(const std::string& path) { return fs::absolute(path).lexically_normal().string(); }
+
+// A sweep as a command sees it: the spec, and the file it came from ("" : loaded from its
+// state directory).
+struct Sweep {
+  Spec spec;
+  std::string file;
+  bool adopt = false;  // its state is in a directory of the old layout, not yet marked as its own
+};
+
+// Whose state DIR is: the sweep file recorded in DIR/file ("" : none recorded).
+std::string owner_of(const fs::path& dir) { return trim(Store(dir).read_file("file")); }
+
+// Whether the state in `dir` may be the file `file`'s: no owner recorded, the file itself
+// (by any path), or an owner that no longer exists (the file was moved or renamed).
+bool owned_by(const fs::path& dir, const std::string& file) {
+  const std::string owner = owner_of(dir);
+  std::error_code ec;
+  return owner.empty() || owner == absolute(file) || !fs::exists(owner, ec) || fs::equivalent(owner, file, ec);
+}
+
+// A sweep file, or a sweep's state directory (its frozen copy and origin). Read-only.
+Sweep load(const std::string& what) {
   if (fs::is_directory(what)) {
     const fs::path copy = fs::path(what) / "sweep.yaml";
     if (!fs::exists(copy))
-      throw Exit{kUnusable, "saker-sweep: " + what + " is not a sweep directory (no sweep.yaml in it); "
-                            "pass the sweep file, or the dir: that saker-sweep submit filled"};
-    return load_string(slurp(copy), copy.string(), trim(slurp(fs::path(what) / "origin")));
+      throw Exit{kUnusable, saker::explain(what + " is not a sweep directory", "there is no sweep.yaml in it",
+                                           "pass the sweep file, or the state directory (dir:) that saker-sweep run "
+                                           "or submit filled")};
+    const std::string origin = trim(slurp(fs::path(what) / "origin"));
+    return {load_string(slurp(copy), copy.string(), origin.empty() ? fs::path(what) : fs::path(origin), {}, what), "",
+            false};
   }
-  return load_file(what);
+  std::error_code ec;
+  if (!fs::exists(what, ec))
+    throw Exit{kUnusable, saker::explain("saker-sweep: no sweep file " + what,
+                                         "it does not exist (in " + fs::absolute(what).parent_path().string() + ")",
+                                         "check the path, or write the file (saker-sweep.yaml(5))")};
+  Sweep s{load_file(what), what, false};
+  const Spec& spec = s.spec;
+  const std::string text = slurp(what);
+  // The old layout: NAME.sweep beside the file, whatever the file's name, without DIR/file.
+  // Its state is this file's when its frozen copy is this very text; it is then used as it
+  // is (and marked as this file's when the sweep runs again).
+  if (spec.dir == default_dir(spec.base, what, spec.name) && !fs::exists(spec.dir)) {
+    const fs::path old = spec.base / (spec.name + ".sweep");
+    if (old != spec.dir && fs::exists(old / "sweep.yaml", ec)) {
+      const std::string owner = owner_of(old);
+      if (owner.empty() ? slurp(old / "sweep.yaml") == text : owner == absolute(what) || fs::equivalent(owner, what, ec)) {
+        s.spec = load_string(text, what, spec.base, {}, old);
+        s.adopt = owner.empty();
+        return s;
+      }
+    }
+  }
+  if (!owned_by(spec.dir, what))
+    throw Exit{kConflict, saker::explain(
+                              spec.dir.string() + " holds the state of sweep file " + owner_of(spec.dir) + ", not of " +
+                                  what,
+                              "both files name that directory (dir:), and one state cannot hold two sweeps' trials",
+                              "give " + what + " a dir: of its own, or pass " + owner_of(spec.dir))};
+  return s;
 }
 
-// Records the sweep file in its directory the first time; later, refuses a changed one.
-void freeze(const Spec& spec, const std::string& file) {
+// Before a sweep runs (run, submit): records the sweep file in its directory the first
+// time; later, refuses a changed one.
+void freeze(const Sweep& s) {
+  if (s.file.empty()) return;  // run from its directory: the frozen copy itself
+  const Spec& spec = s.spec;
   const Store store(spec.dir);
-  const std::string text = slurp(file), frozen = store.read_file("sweep.yaml");
-  if (!frozen.empty() && frozen != text && !fs::equivalent(file, spec.dir / "sweep.yaml"))
-    throw Exit{kConflict, saker::explain("the sweep file " + file + " changed since sweep " + spec.name +
-                                             " was first submitted (copy in " + (spec.dir / "sweep.yaml").string() + ")",
-                                         "its trials would no longer match the ones already run",
-                                         "restore the file, or give the changed sweep another name: or dir:")};
+  const std::string text = slurp(s.file), frozen = store.read_file("sweep.yaml");
+  if (!frozen.empty() && frozen != text) {
+    const bool known = !owner_of(spec.dir).empty();
+    throw Exit{kConflict,
+               saker::explain("the sweep file " + s.file + " changed since sweep " + spec.name + " first ran from it" +
+                                  (known ? "" : " (or another file of that name: first ran in " + spec.dir.string() + ")") +
+                                  "; the copy it ran with is " + (spec.dir / "sweep.yaml").string(),
+                              "its trials would no longer match the ones already run",
+                              "restore the file, or give the changed sweep its own dir: (or another name:)")};
+  }
   if (frozen.empty()) {
     store.write_file("sweep.yaml", text);
     store.write_file("origin", spec.base.string() + "\n");
   }
+  if (owner_of(spec.dir) != absolute(s.file)) store.write_file("file", absolute(s.file) + "\n");
 }
 
 std::vector<Row> rows(const Spec& spec) {
@@ -120,7 +352,7 @@ std::string summary(const std::vector<Row>& rs) {
   std::map<std::string, int> count;
   for (const Row& r : rs) ++count[state_name(r.state.state)];
   std::string s = std::to_string(rs.size()) + " trials:";
-  for (State st : {State::completed, State::stopped, State::running, State::pending, State::failed})
+  for (State st : {State::completed, State::stopped, State::running, State::interrupted, State::pending, State::failed})
     if (count[state_name(st)] > 0) s += " " + std::to_string(count[state_name(st)]) + " " + state_name(st) + ",";
   s.pop_back();
   return s;
@@ -137,38 +369,31 @@ std::string live_array(const Spec& spec) {
   return q.status == 0 && !trim(q.out).empty() ? last : "";
 }
 
-// Parses a subcommand's options; the one positional argument (the sweep) goes to `sweep`.
-void parse(const std::vector<std::string>& args, po::options_description& o, std::string& sweep) {
-  o.add_options()("sweep", po::value(&sweep)->required(), "sweep file or directory");
-  po::positional_options_description pos;
-  pos.add("sweep", 1);
-  po::variables_map vm;
-  po::store(po::command_line_parser(args).options(o).positional(pos).run(), vm);
-  po::notify(vm);
+// The trials not finished yet, read without the lock when nothing is to be written.
+std::vector<std::size_t> todo_of(const Spec& spec, bool writes) {
+  const Store store(spec.dir);
+  if (!writes) return unfinished(store.load_all(spec.trial_count()));
+  const auto lock = store.lock();
+  return unfinished(store.load_all(spec.trial_count()));
 }
 
-int submit(const std::vector<std::string>& args) {
-  bool dry_run = false;
-  std::string file;
-  po::options_description o("submit options");
-  o.add_options()("dry-run", po::bool_switch(&dry_run), "print the sbatch command instead of running it");
-  parse(args, o, file);
-  if (fs::is_directory(file)) file = (fs::path(file) / "sweep.yaml").string();
-  const Spec spec = load(file);
+// ---- The subcommands -----------------------------------------------------------------------
+
+int submit(const Args& a) {
+  const std::string& file = a.sweep;
+  const Sweep sw = load(file);
+  const Spec& spec = sw.spec;
   if (const std::string job = live_array(spec); !job.empty())
     throw Exit{kConflict, saker::explain("sweep " + spec.name + "'s job array " + job + " still has tasks in Slurm",
                                          "a second array would run the same trials twice",
                                          "wait for it (squeue -r -j " + job + "), or scancel " + job +
                                              " and submit again to resume")};
   const Store store(spec.dir);
-  std::vector<std::size_t> todo;
-  {
-    const auto lock = store.lock();
-    todo = unfinished(store.load_all(spec.trial_count()));
-  }
+  const bool dry_run = a.has("dry-run");
+  const std::vector<std::size_t> todo = todo_of(spec, !dry_run);
   if (todo.empty()) {
     (*g_out) << "saker-sweep: all " << spec.trial_count() << " trials of sweep " << spec.name
-              << " are finished; nothing to submit (saker-sweep status " << file << ")\n";
+             << " are finished; nothing to submit (saker-sweep status " << file << ")\n";
     return kOk;
   }
   char self[4096];
@@ -180,12 +405,14 @@ int submit(const std::vector<std::string>& args) {
     (*g_out) << CommandTemplate::shell_line(argv) << "\n";
     return kOk;
   }
-  freeze(spec, file);
+  freeze(sw);
   store.write_file("trial.sbatch", batch_script(spec, program));
   fs::permissions(script, fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec, fs::perm_options::add);
   fs::create_directories(spec.dir / "slurm");
   const Captured r = run_captured({argv, {}, {}});
-  if (r.status == 127) throw Exit{kUnusable, "saker-sweep: cannot run sbatch: " + trim(r.err) + " (is Slurm's client installed and in PATH?)"};
+  if (r.status == 127)
+    throw Exit{kUnusable, saker::explain("saker-sweep: cannot run sbatch", trim(r.err),
+                                         "install Slurm's client and put sbatch in PATH, or use saker-sweep run")};
   (*g_err) << r.err;  // the policy's notes: "partition set to ...", "feature ... added"
   if (r.status != 0)
     throw Exit{kRefused, "saker-sweep: sbatch refused sweep " + spec.name + "'s job array (exit " +
@@ -194,134 +421,186 @@ int submit(const std::vector<std::string>& args) {
   const std::string job = trim(r.out).substr(0, trim(r.out).find(';'));
   store.append_file("jobs", job + " " + std::to_string(::time(nullptr)) + " " + array_ranges(todo) + "\n");
   (*g_out) << "saker-sweep: submitted job array " << job << " for sweep " << spec.name << ": " << todo.size() << " of "
-            << spec.trial_count() << " trials (" << array_ranges(todo) << ")"
-            << (spec.slurm.concurrency > 0 ? ", at most " + std::to_string(spec.slurm.concurrency) + " at a time" : "")
-            << "\nsaker-sweep: lineages under " << (spec.checkpoints / spec.name).string() << "; follow it with: saker-sweep status "
-            << file << "\n";
+           << spec.trial_count() << " trials (" << array_ranges(todo) << ")"
+           << (spec.slurm.concurrency > 0 ? ", at most " + std::to_string(spec.slurm.concurrency) + " at a time" : "")
+           << "\nsaker-sweep: lineages under " << (spec.checkpoints / spec.name).string()
+           << "; follow it with: saker-sweep status " << file << "\n";
   return kOk;
 }
 
-int run_here(const std::string& file) {
-  const Spec spec = load(file);
-  if (!fs::is_directory(file)) freeze(spec, file);
-  const Store store(spec.dir);
-  std::vector<std::size_t> todo;
-  {
-    const auto lock = store.lock();
-    todo = unfinished(store.load_all(spec.trial_count()));
+int run_here(const Args& a) {
+  const Sweep sw = load(a.sweep);
+  const Spec& spec = sw.spec;
+  const bool dry_run = a.has("dry-run");
+  const std::vector<std::size_t> todo = todo_of(spec, !dry_run);
+  if (dry_run) {
+    const Store store(spec.dir);
+    const auto trials = make_trials(spec);
+    (*g_out) << "saker-sweep: would run " << todo.size() << " of " << spec.trial_count() << " trials of sweep "
+             << spec.name << " here, one after another (state in " << spec.dir.string()
+             << "); each trial's next rung:\n";
+    for (std::size_t id : todo) {
+      const TrialState t = store.load(id);
+      const std::size_t rung = t.state == State::pending ? 0 : t.rung;
+      (*g_out) << "trial " << id << " (" << describe(trials[id]) << ") "
+               << (t.state == State::pending ? "starts" : "resumes") << " at rung " << rung << ": "
+               << CommandTemplate::shell_line(trial_command(spec, store, trials[id], spec.rungs()[rung]).argv) << "\n";
+    }
+    return kOk;
   }
+  freeze(sw);
+  const Store store(spec.dir);
   (*g_out) << "saker-sweep: running " << todo.size() << " of " << spec.trial_count() << " trials of sweep " << spec.name
-            << " here, one after another\n";
+           << " here, one after another\n";
+  const SignalScope signals;  // Ctrl-C: the trial that runs is left interrupted, no other starts
+  const std::string resume = "saker-sweep run " + a.sweep;
   int worst = kOk;
   const std::string job = "local" + std::to_string(::getpid());
   for (std::size_t id : todo) {
-    const int rc = run_worker(spec, store, {job + "_" + std::to_string(id), id, run_logged}, (*g_out));
-    if (rc == kWorkerPreempted) return rc;
+    const int rc = run_worker(spec, store, {job + "_" + std::to_string(id), id, run_logged, resume}, *g_out);
+    if (rc == kWorkerPreempted) {
+      (*g_out) << "saker-sweep: stopped: " << summary(rows(spec)) << "; " << resume << " goes on from here\n";
+      return rc;
+    }
     if (rc != kOk) worst = kFailed;
   }
   (*g_out) << "saker-sweep: " << summary(rows(spec)) << "\n";
   return worst;
 }
 
-int trial(const std::string& dir) {
+int trial(const Args& a) {
   const char* task = std::getenv("SLURM_ARRAY_TASK_ID");
   const char* array = std::getenv("SLURM_ARRAY_JOB_ID");
   if (task == nullptr || array == nullptr)
     throw Exit{kUnusable, saker::explain("saker-sweep trial is not inside a job array task",
                                          "SLURM_ARRAY_TASK_ID or SLURM_ARRAY_JOB_ID is not set",
                                          "use saker-sweep submit (or saker-sweep run without Slurm)")};
-  const Spec spec = load(dir);
+  const Spec spec = load(a.sweep).spec;
   const std::string restarts = std::getenv("SLURM_RESTART_COUNT") != nullptr ? std::getenv("SLURM_RESTART_COUNT") : "0";
   (*g_out) << "saker-sweep: sweep " << spec.name << " task " << task << " of array " << array << " (job "
-            << (std::getenv("SLURM_JOB_ID") != nullptr ? std::getenv("SLURM_JOB_ID") : "?") << ", restart count "
-            << restarts << ")\n";
+           << (std::getenv("SLURM_JOB_ID") != nullptr ? std::getenv("SLURM_JOB_ID") : "?") << ", restart count "
+           << restarts << ")\n";
   const std::size_t id = std::stoul(task);
   if (id >= spec.trial_count())
     throw Exit{kUnusable, "saker-sweep: task " + std::string(task) + " has no trial (sweep " + spec.name + " has " +
                               std::to_string(spec.trial_count()) + ")"};
-  return run_worker(spec, Store(spec.dir), {std::string(array) + "_" + task, id, run_logged}, (*g_out));
+  const SignalScope signals;
+  return run_worker(spec, Store(spec.dir), {std::string(array) + "_" + task, id, run_logged, ""}, *g_out);
 }
 
-int best(const std::vector<std::string>& args) {
-  bool command_only = false;
-  std::string file;
-  po::options_description o("best options");
-  o.add_options()("command", po::bool_switch(&command_only), "print only the command that reproduces it");
-  parse(args, o, file);
-  const Spec spec = load(file);
+// Read-only: the best trial, and the command that reproduces it in a fresh lineage that
+// the command itself makes (the first DIR/reproduce/trial-ID.K that does not exist).
+int best(const Args& a) {
+  const Spec spec = load(a.sweep).spec;
   const auto rs = rows(spec);
   const auto states = states_of(rs);
   const auto b = best_trial(spec, states);
-  if (!b) throw Exit{kFailed, "saker-sweep: no trial of sweep " + spec.name + " has a result yet (saker-sweep status " + file + ")"};
+  if (!b)
+    throw Exit{kFailed, saker::explain("saker-sweep: no trial of sweep " + spec.name + " has a result yet",
+                                       summary(rs), "run the sweep, then ask again (saker-sweep status " + a.sweep + ")")};
   const Row& r = rs[*b];
   const auto& [rung, result] = *r.state.results.rbegin();
-  // A fresh lineage, so the command trains from scratch rather than resuming the trial's.
   fs::path repro;
   for (int k = 1;; ++k)
     if (!fs::exists(repro = spec.dir / "reproduce" / ("trial-" + std::to_string(*b) + "." + std::to_string(k)))) break;
-  fs::create_directories(repro);
   const Command c = trial_command_in(spec, r.trial, spec.rungs()[rung], repro / "ckpt", repro / "metrics");
-  std::string line = "cd " + CommandTemplate::shell_line({spec.base.string()}) + " && env";
+  std::string line = "cd " + CommandTemplate::shell_line({spec.base.string()}) + " && mkdir -p " +
+                     CommandTemplate::shell_line({(repro / "ckpt").string()}) + " && env";
   for (const auto& [k, v] : c.env) line += " " + CommandTemplate::shell_line({k + "=" + v});
   line += " " + CommandTemplate::shell_line(c.argv);
-  if (command_only) {
+  if (a.has("command")) {
     (*g_out) << line << "\n";
     return kOk;
   }
   char head[512];
-  std::snprintf(head, sizeof head, "best trial %zu of %zu (sweep %s): %s %.9g at step %llu (%s), %s\n",
-                *b, rs.size(), spec.name.c_str(), spec.metric.c_str(), result.second,
-                static_cast<unsigned long long>(result.first), spec.maximize ? "maximize" : "minimize",
-                state_name(r.state.state));
-  (*g_out) << head << "  " << describe(r.trial) << "\n  checkpoint: " << r.checkpoint << "\n  log: "
-           << Store(spec.dir).log_path(*b).string() << "\nreproduce it from scratch (lineage " << (repro / "ckpt").string()
-           << "):\n  " << line << "\n";
+  std::snprintf(head, sizeof head, "best trial %zu of %zu (sweep %s): %s %.9g at step %llu (%s), %s\n", *b, rs.size(),
+                spec.name.c_str(), spec.metric.c_str(), result.second, static_cast<unsigned long long>(result.first),
+                spec.maximize ? "maximize" : "minimize", state_name(r.state.state));
+  (*g_out) << head << "  " << describe(r.trial) << "\n  checkpoint: " << r.checkpoint
+           << "\n  log: " << Store(spec.dir).log_path(*b).string() << "\nreproduce it from scratch (a fresh lineage, "
+           << (repro / "ckpt").string() << ", which the command makes):\n  " << line << "\n";
   return kOk;
 }
 
-int report(const std::vector<std::string>& args) {
-  std::string file, svg, metric;
-  po::options_description o("report options");
-  o.add_options()("svg", po::value(&svg), "where to write the plot (default DIR/report.svg)")(
-      "metric", po::value(&metric), "the metric to plot (default: the sweep's)");
-  parse(args, o, file);
-  const Spec spec = load(file);
+int report(const Args& a) {
+  const Spec spec = load(a.sweep).spec;
   const auto rs = rows(spec);
-  const auto states = states_of(rs);
-  (*g_out) << table(spec, rs, ranking(spec, states)) << summary(rs) << "\n";
+  const std::string metric = a.has("metric") ? a.get("metric") : spec.metric;
+  const std::vector<std::string> known = reported_metrics(rs);
+  std::string list;
+  for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
+  if (metric != spec.metric && std::find(known.begin(), known.end(), metric) == known.end())
+    throw Exit{kUsage, saker::explain("saker-sweep report: no trial of sweep " + spec.name + " reported " + metric,
+                                      known.empty() ? "no trial has reported any metric yet"
+                                                    : "their metrics files report " + list,
+                                      known.empty() ? "run the sweep first, or leave out --metric"
+                                                    : "--metric with one of those")};
+  std::optional<bool> maximize;
+  if (a.has("goal")) {
+    const std::string goal = a.get("goal");
+    if (goal != "minimize" && goal != "maximize")
+      throw usage_error("saker-sweep report: bad --goal '" + goal + "'", "", "--goal minimize or --goal maximize");
+    maximize = goal == "maximize";
+    if (metric == spec.metric && *maximize != spec.maximize)
+      throw usage_error("saker-sweep report: --goal " + goal + " contradicts the sweep file",
+                        spec.file + " says " + metric + " is to " + (spec.maximize ? "maximize" : "minimize"),
+                        "leave out --goal for the sweep's own metric");
+  }
+  std::string svg = a.get("svg");
   if (svg.empty()) svg = (spec.dir / "report.svg").string();
+  (*g_out) << table(spec, rs, ranking(spec, states_of(rs))) << summary(rs) << "\n";
   Store(fs::path(svg).parent_path().empty() ? fs::path(".") : fs::path(svg).parent_path())
-      .write_file(fs::path(svg).filename().string(), svg_plot(spec, rs, metric.empty() ? spec.metric : metric));
+      .write_file(fs::path(svg).filename().string(), svg_plot(spec, rs, metric, maximize));
   (*g_out) << "plot: " << svg << "\n";
   return kOk;
 }
 
+int status(const Args& a) {
+  const Spec spec = load(a.sweep).spec;
+  const auto rs = rows(spec);
+  (*g_out) << table(spec, rs, by_id(rs.size())) << summary(rs) << "\n";
+  for (const Row& r : rs)
+    if (r.state.state == State::failed || r.state.state == State::interrupted)
+      (*g_out) << "trial " << r.trial.id << " " << state_name(r.state.state) << ": " << r.state.reason << "\n";
+  return kOk;
+}
+
 int dispatch(const std::vector<std::string>& args) {
-  const bool help = std::any_of(args.begin(), args.end(), [](const std::string& a) { return a == "--help" || a == "-h"; });
-  if (args.empty() || help || args[0] == "help") {
-    (*g_out) << kUsageText;
-    return args.empty() ? kUsage : kOk;
-  }
-  const std::string cmd = args[0];
-  const std::vector<std::string> rest(args.begin() + 1, args.end());
-  const auto one = [&]() -> const std::string& {
-    if (rest.size() != 1) throw po::error(cmd + " takes one argument, the sweep file or directory");
-    return rest[0];
-  };
-  if (cmd == "submit") return submit(rest);
-  if (cmd == "run") return run_here(one());
-  if (cmd == "trial") return trial(one());
-  if (cmd == "best") return best(rest);
-  if (cmd == "report") return report(rest);
-  if (cmd == "status") {
-    const Spec spec = load(one());
-    const auto rs = rows(spec);
-    (*g_out) << table(spec, rs, by_id(rs.size())) << summary(rs) << "\n";
-    for (const Row& r : rs)
-      if (r.state.state == State::failed) (*g_out) << "trial " << r.trial.id << " failed: " << r.state.reason << "\n";
+  std::vector<std::string> names;
+  for (const Subcommand& c : subcommands()) names.push_back(c.name);
+  std::string list;
+  for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+  if (args.empty())
+    throw usage_error("saker-sweep: no command given", "", "saker-sweep COMMAND SWEEP, a COMMAND of " + list +
+                                                              " (saker-sweep --help)");
+  const std::string& cmd = args[0];
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+    const auto c = std::find_if(subcommands().begin(), subcommands().end(),
+                                [&](const Subcommand& s) { return args.size() > 1 && s.name == args[1]; });
+    (*g_out) << (c != subcommands().end() ? usage(*c) : usage());
     return kOk;
   }
-  throw po::error("unknown command '" + cmd + "'");
+  const auto c = std::find_if(subcommands().begin(), subcommands().end(), [&](const Subcommand& s) { return s.name == cmd; });
+  if (c == subcommands().end()) {
+    const bool option = cmd.size() > 1 && cmd[0] == '-';
+    const std::string guess = closest(option ? cmd.substr(cmd.rfind("--", 0) == 0 ? 2 : 1) : cmd,
+                                      option ? std::vector<std::string>{"help", "version"} : names);
+    throw usage_error("saker-sweep: unknown " + std::string(option ? "option " : "command '") + cmd + (option ? "" : "'") +
+                          (guess.empty() ? "" : "; did you mean " + (option ? "--" + guess : "'" + guess + "'") + "?"),
+                      "", option ? "saker-sweep --help, saker-sweep --version, or saker-sweep COMMAND SWEEP with a COMMAND of " + list
+                                 : "saker-sweep COMMAND SWEEP, a COMMAND of " + list + " (saker-sweep --help)");
+  }
+  const Args a = parse(*c, std::vector<std::string>(args.begin() + 1, args.end()));
+  if (a.help) {
+    (*g_out) << usage(*c);
+    return kOk;
+  }
+  if (cmd == "submit") return submit(a);
+  if (cmd == "run") return run_here(a);
+  if (cmd == "trial") return trial(a);
+  if (cmd == "best") return best(a);
+  if (cmd == "report") return report(a);
+  return status(a);
 }
 
 }  // namespace
@@ -339,9 +618,6 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   } catch (const Exit& e) {
     error(e.message);
     return e.code;
-  } catch (const po::error& e) {
-    error(std::string("saker-sweep: bad command line: ") + e.what() + "; run saker-sweep --help");
-    return kUsage;
   } catch (const LoadError& e) {
     error(std::string("saker-sweep: ") + e.what());
     return kUnusable;

@@ -42,7 +42,9 @@ Decision judge(const Spec& spec, const std::vector<TrialState>& all, std::size_t
     const std::string standing = spec.metric + " " + number(value) + " is #" + std::to_string(place + 1) + " of " +
                                  std::to_string(order.size()) + at + ", top " + std::to_string(keep) + " go on";
     if (place < keep) return {Verdict::promote, standing};
-    return {Verdict::stop, standing};
+    // Every trial may reach rung 0 (fewer, deeper ones): at most all of them have a result there.
+    const std::size_t keep_at_most = all.size() / spec.stopping.reduction;
+    return {Verdict::stop, standing, place >= keep_at_most};
   }
   // Median stopping (Rule::none has a single rung and completed above).
   std::vector<double> others;

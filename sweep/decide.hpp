@@ -24,6 +24,10 @@ enum class Verdict { promote, stop, complete };
 struct Decision {
   Verdict verdict = Verdict::complete;
   std::string why;
+  // stop: whether it is for good. An ASHA stop is not when the trial can still become one
+  // of the best floor(trials/reduction) at its rung as more results come in: it waits there,
+  // and next_promotion takes it on if they put it in the top.
+  bool final = true;
 };
 
 // `all` holds every trial, with `trial`'s result at `rung` already recorded.

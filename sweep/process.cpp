@@ -18,9 +18,21 @@ namespace {
 volatile sig_atomic_t g_child = 0;
 volatile sig_atomic_t g_forwarded = 0;
 
-void forward(int sig) {
+constexpr int kSignals[] = {SIGTERM, SIGUSR1, SIGUSR2, SIGINT};
+
+void forward(int sig, siginfo_t* info, void*) {
   g_forwarded = sig;
-  if (g_child > 0) ::kill(static_cast<pid_t>(g_child), sig);
+  // SI_KERNEL: the terminal's signal to the foreground process group, the child's too.
+  const bool from_terminal = info != nullptr && info->si_code == SI_KERNEL;
+  if (g_child > 0 && !from_terminal) ::kill(static_cast<pid_t>(g_child), sig);
+}
+
+void catch_signals() {
+  struct sigaction sa {};
+  sa.sa_sigaction = forward;
+  sa.sa_flags = SA_SIGINFO;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : kSignals) ::sigaction(sig, &sa, nullptr);
 }
 
 // In the child: environment, directory, then exec; never returns.
@@ -55,15 +67,31 @@ int wait_status(pid_t pid) {
 
 int forwarded_signal() { return g_forwarded; }
 
+SignalScope::SignalScope() {
+  g_forwarded = 0;
+  catch_signals();
+}
+
+SignalScope::~SignalScope() {
+  for (int sig : kSignals) ::signal(sig, SIG_DFL);
+  g_forwarded = 0;
+}
+
+std::string signal_name(int sig) {
+  switch (sig) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGUSR1: return "SIGUSR1";
+    case SIGUSR2: return "SIGUSR2";
+    default: return "signal " + std::to_string(sig);
+  }
+}
+
 int run_logged(const Command& cmd, const std::filesystem::path& log) {
   if (cmd.argv.empty()) throw Error("saker-sweep: an empty command");
   const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) throw Error(explain("cannot open " + log.string(), std::strerror(errno), "check the sweep's dir:"));
-  g_forwarded = 0;
-  struct sigaction sa {};
-  sa.sa_handler = forward;
-  sigemptyset(&sa.sa_mask);
-  for (int sig : {SIGTERM, SIGUSR1, SIGUSR2, SIGINT}) ::sigaction(sig, &sa, nullptr);
+  catch_signals();  // a signal received before (forwarded_signal()) is kept: the worker checks it
   std::fflush(stdout);
   const pid_t pid = ::fork();
   if (pid < 0) {
@@ -73,7 +101,7 @@ int run_logged(const Command& cmd, const std::filesystem::path& log) {
   if (pid == 0) {
     ::dup2(fd, 1);
     ::dup2(fd, 2);
-    for (int sig : {SIGTERM, SIGUSR1, SIGUSR2, SIGINT}) ::signal(sig, SIG_DFL);
+    for (int sig : kSignals) ::signal(sig, SIG_DFL);
     exec_child(cmd);
   }
   g_child = pid;

@@ -21,8 +21,21 @@ struct Command {
 // reaches only the batch shell; saker-run then checkpoints and requeues). Returns the
 // exit status, 128+N when it died of signal N, 127 when it could not be started.
 int run_logged(const Command& cmd, const std::filesystem::path& log);
-// The last signal run_logged passed on (0: none).
+// The last of those signals that reached this process (0: none), passed on to the command
+// that ran then. A signal the terminal sent (Ctrl-C) went to the whole foreground process
+// group, the command included, and is not sent to it a second time.
 int forwarded_signal();
+// For one command of saker-sweep (run, trial): from now on those signals are caught (none
+// received yet); the destructor restores their default actions and forgets the signal.
+class SignalScope {
+ public:
+  SignalScope();
+  ~SignalScope();
+  SignalScope(const SignalScope&) = delete;
+  SignalScope& operator=(const SignalScope&) = delete;
+};
+// "SIGINT", "SIGTERM", ... ("signal N" for others).
+std::string signal_name(int sig);
 
 struct Captured {
   int status = 0;

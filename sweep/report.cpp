@@ -97,7 +97,18 @@ std::string table(const Spec& spec, const std::vector<Row>& rows, const std::vec
   return out;
 }
 
-std::string svg_plot(const Spec& spec, const std::vector<Row>& rows, const std::string& metric) {
+std::vector<std::string> reported_metrics(const std::vector<Row>& rows) {
+  std::vector<std::string> out;
+  for (const Row& r : rows)
+    for (const auto& [name, series] : r.metrics.series)
+      if (!series.empty() && std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string svg_plot(const Spec& spec, const std::vector<Row>& rows, const std::string& metric,
+                     std::optional<bool> maximize) {
+  if (!maximize && metric == spec.metric) maximize = spec.maximize;
   constexpr double W = 960, H = 540, left = 80, right = 300, top = 50, bottom = 60;
   const double pw = W - left - right, ph = H - top - bottom;
   double xmax = 1, ymin = std::numeric_limits<double>::infinity(), ymax = -ymin;
@@ -128,8 +139,9 @@ std::string svg_plot(const Spec& spec, const std::vector<Row>& rows, const std::
                   "\" viewBox=\"0 0 " + number(W) + " " + number(H) + "\" font-family=\"sans-serif\" font-size=\"12\">\n";
   s += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   s += "<text x=\"" + number(left) + "\" y=\"28\" font-size=\"16\">" +
-       xml("sweep " + spec.name + ": " + metric + " against step (" + (spec.maximize ? "higher" : "lower") +
-           " is better)") + "</text>\n";
+       xml("sweep " + spec.name + ": " + metric + " against step" +
+           (maximize ? std::string(" (") + (*maximize ? "higher" : "lower") + " is better)" : std::string())) +
+       "</text>\n";
   // Axes, grid and tick labels.
   s += "<g stroke=\"#999\" fill=\"none\"><rect x=\"" + number(left) + "\" y=\"" + number(top) + "\" width=\"" +
        number(pw) + "\" height=\"" + number(ph) + "\"/></g>\n<g font-size=\"11\" fill=\"#333\">\n";

@@ -34,7 +34,13 @@ std::vector<std::size_t> ranking(const Spec& spec, const std::vector<TrialState>
 std::string table(const Spec& spec, const std::vector<Row>& rows, const std::vector<std::size_t>& order);
 
 // `metric` against step for every trial that reported it: one line per trial, stopped
-// trials dashed, the best one thick, a legend with the parameters.
-std::string svg_plot(const Spec& spec, const std::vector<Row>& rows, const std::string& metric);
+// trials dashed, the best one thick, a legend with the parameters. The title says which way
+// is better only where that is known: `maximize` when given, else the sweep's goal for its
+// own metric; another metric's title says nothing of it.
+std::string svg_plot(const Spec& spec, const std::vector<Row>& rows, const std::string& metric,
+                     std::optional<bool> maximize = std::nullopt);
+
+// The metric names the trials' metrics files report, sorted.
+std::vector<std::string> reported_metrics(const std::vector<Row>& rows);
 
 }  // namespace saker::sweep

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <initializer_list>
 #include <map>
@@ -138,8 +139,18 @@ Param param(const Reader& r, const Node& key, const Node& value) {
 
 }  // namespace
 
+std::filesystem::path default_dir(const std::filesystem::path& base, const std::string& file, const std::string& name) {
+  std::string stem = std::filesystem::path(file).filename().string();
+  for (const char* ext : {".yaml", ".yml"})
+    if (stem.size() > std::strlen(ext) && stem.compare(stem.size() - std::strlen(ext), std::string::npos, ext) == 0) {
+      stem.resize(stem.size() - std::strlen(ext));
+      break;
+    }
+  return base / (stem == name || stem.empty() ? name + ".sweep" : stem + "." + name + ".sweep");
+}
+
 Spec load_string(std::string_view text, const std::string& name, const std::filesystem::path& base,
-                 const saker::policy::LoadLimits& limits) {
+                 const saker::policy::LoadLimits& limits, const std::filesystem::path& state_dir) {
   const yaml::Document doc = yaml::Document::parse(text, name, limits);
   const Reader r(doc);
   Spec s;
@@ -157,7 +168,8 @@ Spec load_string(std::string_view text, const std::string& name, const std::file
     if (f.count(key) == 0) return fallback;
     return (s.base / r.scalar(*f[key], key)).lexically_normal();
   };
-  s.dir = path_of("dir", s.base / (s.name + ".sweep"));
+  s.dir = !state_dir.empty() ? std::filesystem::absolute(state_dir).lexically_normal()
+                             : path_of("dir", default_dir(s.base, name, s.name));
   s.checkpoints = path_of("checkpoints", s.dir / "ckpt");
 
   // The space, in file order (the grid's order and the names' order in tables).

@@ -52,7 +52,7 @@ struct Spec {
   std::string name;
   std::string file;                  // where it was loaded from (for messages)
   std::filesystem::path base;        // the sweep file's folder: relative paths and the jobs' cwd
-  std::filesystem::path dir;         // the sweep's state directory
+  std::filesystem::path dir;         // the sweep's state directory (default_dir)
   std::filesystem::path checkpoints; // lineage root: <checkpoints>/<name>/trial-<id>
   std::vector<Param> space;
   std::uint64_t seed = 1;
@@ -72,10 +72,19 @@ struct Spec {
   std::filesystem::path lineage(std::size_t trial) const;
 };
 
+// The state directory of the sweep NAME in the file `file` without dir:, beside the file:
+// NAME.sweep when the file is NAME.yaml (NAME.yml, NAME), else FILE.NAME.sweep (FILE: its
+// name without .yaml or .yml). Keyed by the file and the name, so two sweep files never
+// share one; saker-sweep also records the file in the directory (DIR/file) and refuses
+// another's. (Before, it was NAME.sweep for every file: saker-sweep(1) says how such a
+// directory is still resumed.)
+std::filesystem::path default_dir(const std::filesystem::path& base, const std::string& file, const std::string& name);
+
 // Throws LoadError (file:line:column) on anything wrong; `base` resolves relative paths
-// (default: the file's folder).
+// (default: the file's folder). `state_dir`, when given, is the state directory whatever
+// dir: says: a submitted sweep's frozen copy is loaded from its own directory.
 Spec load_file(const std::string& path, const saker::policy::LoadLimits& limits = {});
 Spec load_string(std::string_view text, const std::string& name, const std::filesystem::path& base,
-                 const saker::policy::LoadLimits& limits = {});
+                 const saker::policy::LoadLimits& limits = {}, const std::filesystem::path& state_dir = {});
 
 }  // namespace saker::sweep

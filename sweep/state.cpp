@@ -21,6 +21,7 @@ const char* state_name(State state) {
     case State::stopped: return "stopped";
     case State::completed: return "completed";
     case State::failed: return "failed";
+    case State::interrupted: return "interrupted";
   }
   return "?";
 }
@@ -103,7 +104,8 @@ TrialState Store::load(std::size_t id) const {
     try {
       if (key == "state") {
         bool known = false;
-        for (State s : {State::pending, State::running, State::stopped, State::completed, State::failed})
+        for (State s : {State::pending, State::running, State::stopped, State::completed, State::failed,
+                        State::interrupted})
           if (value == state_name(s)) t.state = s, known = true;
         if (!known) throw damaged("unknown state '" + value + "'");
       } else if (key == "rung") {

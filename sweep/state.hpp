@@ -1,6 +1,7 @@
 // The sweep's state directory (DIR in saker-sweep(1)):
 //   DIR/sweep.yaml          the sweep file as first submitted (every worker reads this copy)
 //   DIR/origin              the folder it came from (relative paths, the jobs' cwd)
+//   DIR/file                the sweep file's absolute path: whose state this is (saker-sweep(1))
 //   DIR/jobs                one line per submitted job array: "JOBID TIME TRIALS"
 //   DIR/lock                flock()ed around every state change
 //   DIR/trials/ID/state     the trial's state, key=value lines, replaced atomically
@@ -17,7 +18,9 @@
 
 namespace saker::sweep {
 
-enum class State { pending, running, stopped, completed, failed };
+// interrupted: a local run (saker-sweep run) was stopped by a signal, or its command stopped
+// after an emergency checkpoint with no job to requeue it; running again resumes it.
+enum class State { pending, running, stopped, completed, failed, interrupted };
 const char* state_name(State state);
 
 struct TrialState {

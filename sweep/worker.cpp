@@ -4,6 +4,7 @@
 #include <ostream>
 
 #include "common/error.hpp"
+#include "saker/ckpt.hpp"
 #include "sweep/decide.hpp"
 #include "sweep/metrics.hpp"
 
@@ -51,7 +52,7 @@ std::optional<Work> claim(const Spec& spec, const Store& store, const WorkerOpti
     const TrialState& t = all[o.own_trial];
     const bool stale = t.state == State::running && owner_job(t.owner) != owner_job(o.owner);
     if (t.state == State::pending) w = Work{t.id, 0, "starts"};
-    else if (t.state == State::failed || stale) w = Work{t.id, t.rung, "resumes"};
+    else if (t.state == State::failed || t.state == State::interrupted || stale) w = Work{t.id, t.rung, "resumes"};
   }
   if (!w)
     if (const auto id = next_promotion(spec, all)) w = Work{*id, all[*id].rung + 1, "promoted"};
@@ -82,22 +83,63 @@ bool record(const Spec& spec, const Store& store, std::size_t trial, std::size_t
     t.state = d.verdict == Verdict::stop ? State::stopped : State::completed;
     t.owner.clear();
     t.reason = d.why;
-    out << (d.verdict == Verdict::stop ? "stopped" : "completed") << "\n";
+    if (d.verdict == Verdict::complete)
+      out << "completed\n";
+    else if (d.final)
+      out << "stopped: it can no longer be one of the best " << spec.trial_count() / spec.stopping.reduction
+          << " of the " << spec.trial_count() << " trials at rung " << rung << "\n";
+    else  // ASHA: its checkpoint is written; a worker promotes it if later results put it in the top
+      out << "waits at rung " << rung << " with its checkpoint: it goes on to rung " << rung + 1 << " ("
+          << spec.rungs()[rung + 1] << " steps) if it is in the top 1/" << spec.stopping.reduction
+          << " once more trials report at this rung\n";
   }
   store.save(t);
   out.flush();
   return d.verdict == Verdict::promote;
 }
 
-void fail(const Store& store, std::size_t trial, const std::string& why, std::ostream& out) {
+// Under the lock: `trial` ends as `state` (failed, interrupted) for the reason `why`.
+void end(const Store& store, std::size_t trial, State state, const std::string& why) {
   const auto lock = store.lock();
   TrialState t = store.load(trial);
-  t.state = State::failed;
+  t.state = state;
   t.owner.clear();
   t.reason = why;
   store.save(t);
+}
+
+void fail(const Store& store, std::size_t trial, const std::string& why, std::ostream& out) {
+  end(store, trial, State::failed, why);
   out << "saker-sweep: trial " << trial << " failed: " << why << "\n";
   out.flush();
+}
+
+// "a and b", "a, b and c".
+std::string and_list(const std::vector<std::string>& names) {
+  std::string out;
+  for (std::size_t i = 0; i < names.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + names[i];
+  return out;
+}
+
+// Why a rung that exited 0 has no result, and the fix.
+std::string no_result(const Spec& spec, const Store& store, std::size_t trial, std::size_t rung, const Metrics& m) {
+  const auto rungs = spec.rungs();
+  const std::string path = store.metrics_path(trial).string();
+  std::string why = "the command exited 0 but " + path + " has no " + spec.metric + " after step " +
+                    (rung > 0 ? std::to_string(rungs[rung - 1]) : "0") + " and at or before step " +
+                    std::to_string(rungs[rung]);
+  if (m.series.count(spec.metric) != 0)
+    return why + " (the program must report " + spec.metric + " at the step {budget} asks it to stop at)";
+  if (m.series.empty())
+    return why + ": it reported no metric at all" +
+           (m.problems.empty() ? std::string() : " (" + path + " " + m.problems.front() + ")") +
+           " (fix: the program must append 'step=N " + spec.metric + "=VALUE' lines to $SAKER_METRICS_FILE, the "
+           "command's {metrics})";
+  std::vector<std::string> names;
+  for (const auto& [name, _] : m.series) names.push_back(name);
+  return why + ": it reported " + and_list(names) + ", never " + spec.metric + " (fix: set metric: name: in " +
+         spec.file + " to one of those, or make the program report " + spec.metric + ")";
 }
 
 }  // namespace
@@ -105,27 +147,56 @@ void fail(const Store& store, std::size_t trial, const std::string& why, std::os
 int run_worker(const Spec& spec, const Store& store, const WorkerOptions& o, std::ostream& out) {
   const auto trials = make_trials(spec);
   const auto rungs = spec.rungs();
-  // A signal that reached this worker (and its command) means stop: no new segment starts.
-  // The trial it holds stays its own, to resume when the job runs again (or is submitted).
-  const auto stopping = [&](std::size_t trial) {
-    if (forwarded_signal() == 0) return false;
-    out << "saker-sweep: signal " << forwarded_signal() << " received: not starting more work (trial " << trial
-        << " resumes from its checkpoint when its job runs again)\n";
-    return true;
+  const bool local = !o.resume_with.empty();
+  // What happens to a trial this worker holds when it stops early: a job array's task keeps
+  // it, to resume when Slurm starts the task again; a local run leaves it interrupted.
+  const auto interrupt = [&](std::size_t trial, std::size_t rung, const std::string& what) {
+    end(store, trial, State::interrupted, what + " at rung " + std::to_string(rung));
+    std::error_code ec;
+    const auto list = std::filesystem::is_directory(spec.lineage(trial), ec)
+                          ? saker::ckpt::list_checkpoints(spec.lineage(trial))
+                          : std::vector<std::filesystem::path>{};
+    out << "saker-sweep: trial " << trial << " interrupted at rung " << rung << ": " << what
+        << "; its state says interrupted, and " << o.resume_with << " resumes it from the newest checkpoint of "
+        << spec.lineage(trial).string()
+        << (list.empty() ? std::string(" (there is none yet: from the start)")
+                         : " (now " + list.back().filename().string() + ")")
+        << "\n";
+    out.flush();
+    return kWorkerPreempted;
   };
-  while (const auto w = claim(spec, store, o)) {
+  for (;;) {
+    if (const int sig = forwarded_signal(); sig != 0) {
+      out << "saker-sweep: " << signal_name(sig) << " received: not starting more work\n";
+      return kWorkerPreempted;
+    }
+    const auto w = claim(spec, store, o);
+    if (!w) break;
     const Trial& trial = trials[w->trial];
     std::filesystem::create_directories(store.trial_dir(trial.id));
     std::filesystem::create_directories(spec.lineage(trial.id));
     out << "saker-sweep: trial " << trial.id << " (" << describe(trial) << ") " << w->how << " at rung " << w->rung
         << "; lineage " << spec.lineage(trial.id).string() << "\n";
     for (std::size_t rung = w->rung;; ++rung) {
-      if (stopping(trial.id)) return kWorkerPreempted;
+      if (const int sig = forwarded_signal(); sig != 0) {
+        if (local) return interrupt(trial.id, rung, signal_name(sig) + " reached saker-sweep before the rung started");
+        out << "saker-sweep: " << signal_name(sig) << " received: not starting more work (trial " << trial.id
+            << " resumes from its checkpoint when its job runs again)\n";
+        return kWorkerPreempted;
+      }
       const Command cmd = trial_command(spec, store, trial, rungs[rung]);
       out << "saker-sweep: trial " << trial.id << " rung " << rung << ": " << rungs[rung] << " steps: "
           << CommandTemplate::shell_line(cmd.argv) << "\n";
       out.flush();
       const int status = o.run(cmd, store.log_path(trial.id));
+      const int sig = forwarded_signal();
+      if (local && (status == kWorkerPreempted || (sig != 0 && status != 0)))
+        return interrupt(trial.id, rung,
+                         (sig != 0 ? signal_name(sig) + " reached saker-sweep and the command " : "the command ") +
+                             (status == kWorkerPreempted ? "exited 75 (stopped to be resumed)"
+                              : status > 128 ? "ended with status " + std::to_string(status) + " (128+" +
+                                                   signal_name(status - 128) + ")"
+                                             : "exited " + std::to_string(status)));
       if (status == kWorkerPreempted) {
         // The program checkpointed and (through saker-run) requeued the job: this worker
         // keeps the trial and resumes it when the job starts again.
@@ -144,11 +215,7 @@ int run_worker(const Spec& spec, const Store& store, const WorkerOptions& o, std
       // The rung's result must come from this rung's steps, not from the one before.
       if (v && rung > 0 && v->first <= rungs[rung - 1]) v.reset();
       if (!v) {
-        fail(store, trial.id, "the command exited 0 but " + store.metrics_path(trial.id).string() + " has no " +
-                                  spec.metric + " after step " + (rung > 0 ? std::to_string(rungs[rung - 1]) : "0") +
-                                  " and at or before step " + std::to_string(rungs[rung]) +
-                                  " (the program must append 'step=N " + spec.metric + "=VALUE' lines to $SAKER_METRICS_FILE)",
-             out);
+        fail(store, trial.id, no_result(spec, store, trial.id, rung, m), out);
         return kWorkerFailed;
       }
       if (!record(spec, store, trial.id, rung, v->first, v->second, out)) break;

@@ -27,6 +27,10 @@ struct WorkerOptions {
   std::size_t own_trial = 0;   // SLURM_ARRAY_TASK_ID
   // Runs one segment; run_logged outside tests.
   std::function<int(const Command&, const std::filesystem::path& log)> run = run_logged;
+  // "": a task of a job array, which Slurm requeues after exit 75. Otherwise a local run
+  // (saker-sweep run), and the command that resumes its trials: a signal, or a command that
+  // stops after an emergency checkpoint (exit 75), leaves the trial interrupted.
+  std::string resume_with = "";
 };
 
 // The command of `trial` for a segment of `budget` steps, with the trial's lineage and
@@ -37,7 +41,8 @@ Command trial_command(const Spec& spec, const Store& store, const Trial& trial, 
 Command trial_command_in(const Spec& spec, const Trial& trial, std::uint64_t budget, const std::filesystem::path& ckpt,
                          const std::filesystem::path& metrics);
 
-// Runs until there is nothing left for this worker; progress lines go to `out`.
+// Runs until there is nothing left for this worker, or a signal arrived (forwarded_signal():
+// no new segment starts; kWorkerPreempted); progress lines go to `out`.
 int run_worker(const Spec& spec, const Store& store, const WorkerOptions& options, std::ostream& out);
 
 }  // namespace saker::sweep

@@ -48,4 +48,9 @@ TEST_CASE("the table has a row per trial, the best first in ranking order and ma
   CHECK(svg.find("log scale") == std::string::npos);
   CHECK(svg_plot(s, rows(s, 50), "loss").find("loss (log scale)") != std::string::npos);
   CHECK(svg_plot(s, rs, "accuracy").find("no trial has reported accuracy yet") != std::string::npos);
+  // Which way is better: the sweep's goal for its metric, the given one, or not said.
+  CHECK(svg.find("sweep r: loss against step (lower is better)") != std::string::npos);
+  CHECK(svg_plot(s, rs, "accuracy").find("is better") == std::string::npos);
+  CHECK(svg_plot(s, rs, "accuracy", true).find("accuracy against step (higher is better)") != std::string::npos);
+  CHECK(reported_metrics(rs) == std::vector<std::string>{"loss"});
 }

@@ -66,9 +66,14 @@ void expect_error(const std::string& text, int line, int column, const std::stri
 TEST_CASE("a full sweep file loads", "[sweep][spec]") {
   const Spec s = load(kGood);
   CHECK(s.name == "lr-width");
-  CHECK(s.dir == "/base/lr-width.sweep");
-  CHECK(s.checkpoints == "/base/lr-width.sweep/ckpt");
-  CHECK(s.lineage(7) == "/base/lr-width.sweep/ckpt/lr-width/trial-7");
+  CHECK(s.dir == "/base/s.lr-width.sweep");  // keyed by the file and the name
+  CHECK(s.checkpoints == "/base/s.lr-width.sweep/ckpt");
+  CHECK(s.lineage(7) == "/base/s.lr-width.sweep/ckpt/lr-width/trial-7");
+  CHECK(load_string(kGood, "/x/lr-width.yaml", "/base").dir == "/base/lr-width.sweep");
+  CHECK(default_dir("/b", "/b/lr-width.yml", "lr-width") == "/b/lr-width.sweep");
+  CHECK(default_dir("/b", "lr-width", "lr-width") == "/b/lr-width.sweep");
+  CHECK(default_dir("/b", "fixed.yaml", "quick") == "/b/fixed.quick.sweep");
+  CHECK(load_string(kGood, "s.yaml", "/base", {}, "/sub/../state").dir == "/state");
   REQUIRE(s.space.size() == 3);
   CHECK(s.space[0].kind == Param::Kind::log_uniform);
   CHECK(s.space[1].values == std::vector<std::string>{"16", "32", "64"});

@@ -56,6 +56,16 @@ TEST_CASE("ASHA over four workers: three stop at their rung, the best resumes fr
   // The promoted trial resumed from its own lineage, at the step its first rung reached.
   CHECK(slurp(store.log_path(1)) == "resumed from 0\nresumed from 25\n");
   CHECK(out.str().find("trial 1 (q=1) promoted at rung 1") != std::string::npos);
+  // What the log says of a rung's end is what happened: trial 1, the best so far, was not
+  // stopped but waits for promotion; trial 2 cannot make the top 1 of 4 any more.
+  const auto line = [&](const std::string& start) {
+    const std::string text = out.str();
+    const std::size_t at = text.find(start);
+    return at == std::string::npos ? std::string() : text.substr(at, text.find('\n', at) - at);
+  };
+  CHECK(line("saker-sweep: trial 1: ").find("stopped") == std::string::npos);
+  CHECK(line("saker-sweep: trial 1: ").find("waits at rung 0") != std::string::npos);
+  CHECK(line("saker-sweep: trial 2: ").find(": stopped: ") != std::string::npos);
   // A second pass finds nothing to do: finished trials never rerun.
   CHECK(run_worker(s, store, {"8_1", 1, run_logged}, out) == 0);
   CHECK(store.load(1).runs == 2);
