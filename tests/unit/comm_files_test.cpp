@@ -307,10 +307,14 @@ TEST_CASE("shm: a rank killed after the start leaves nothing in /dev/shm", "[com
   rmdir(dir.c_str());
 }
 
-TEST_CASE("shm: a creator killed the moment its segment appears leaves nothing once its peer has seen it go",
+TEST_CASE("shm: a creator SIGKILLed as soon as it is seen leaves nothing once its peer has seen it go",
           "[comm][shm]") {
-  // What the attacker suite does with SIGKILL: the other rank of the node knew the name
-  // before the segment existed, sees its creator gone and removes the name.
+  // What the attacker suite does: kill the creator the moment its segment appears. The
+  // other rank of the node knew the name before the segment existed, sees its creator gone
+  // and removes the name. Whether the kill lands inside that short window depends on the
+  // scheduler (on this loaded 2-core machine the poll below mostly sees the start finished
+  // first), so this guards the outcome, not the window itself; comm_files_test's sweep
+  // tests and segment::remove_if_ours cover the rest.
   TcpStoreServer server(0, test::quick_options(), "127.0.0.1");
   const std::string dir = "/tmp/saker-comm-files-k-" + std::to_string(getpid());
   REQUIRE(mkdir(dir.c_str(), 0700) == 0);
