@@ -4,7 +4,7 @@
 # to Gloo's DDP and to one process on the global batch; a killed rank resumes from its
 # checkpoint to the uninterrupted hash, and so does a preempted run; checkpoints are
 # libsaker_ckpt's (named datasets, a damaged one skipped); mismatched tensor names give a
-# stall report.
+# stall report; issue 29's Horovod semantics, mismatch errors and repeated shutdown()/init().
 source "$(dirname "$0")/../integration/lib.sh"
 py=/usr/bin/python3
 $py -c 'import torch' 2>/dev/null || { echo "SKIP: $py cannot import torch (apt-get install python3-torch)"; exit 77; }
@@ -33,6 +33,24 @@ assert_rc 0 "Horovod API checks, 3 ranks" -- "$run" --local -n 3 --max-restarts 
 for r in 0 1 2; do assert_contains "$IT_OUT" "hvd-api ok rank $r/3 local $r/3 cross 0/1" "rank $r passes"; done
 assert_rc 0 "the saker backend, collective by collective, 3 ranks" -- "$run" --local -n 3 --max-restarts 0 -- $py "$SAKER_SRCDIR/tests/python/backend_check.py"
 for r in 0 1 2; do assert_contains "$IT_OUT" "backend ok rank $r/3" "backend checks pass on rank $r"; done
+# Issue 29: Horovod's semantics (autograd, integer and fp16 numerics, the collectives built
+# over the others, error types), every class of cross-rank mismatch raising the same error
+# on every rank (never a hang, never reinterpreted bytes), and shutdown()/init() repeated.
+for n in 2 3; do
+  assert_rc 0 "Horovod semantics, $n ranks" -- env SAKER_COMM_TIMEOUT=30 "$run" --local -n $n --max-restarts 0 -- \
+    $py "$SAKER_SRCDIR/tests/python/hvd_compat_check.py" semantics
+  assert_eq "$(grep -c '^compat ok semantics rank' <<<"$IT_OUT")" "$n" "every rank passes ($n ranks)"
+  assert_rc 0 "cross-rank mismatches, $n ranks" -- env SAKER_COMM_TIMEOUT=30 "$run" --local -n $n --max-restarts 0 -- \
+    $py "$SAKER_SRCDIR/tests/python/hvd_compat_check.py" mismatch
+  assert_eq "$(grep -c '^compat ok mismatch rank' <<<"$IT_OUT")" "$n" "every rank raised each mismatch alike ($n ranks)"
+  assert_contains "$IT_OUT" "broadcast of tensor 'bc.root': the ranks disagree (root differs: rank 0 0, rank 1 1" \
+    "a root mismatch names each rank's root"
+done
+assert_rc 0 "shutdown() then init(), 1000 times, 2 ranks" -- env SAKER_COMM_TIMEOUT=30 "$run" --local -n 2 --max-restarts 0 -- \
+  $py "$SAKER_SRCDIR/tests/python/hvd_compat_check.py" lifecycle 1000
+assert_eq "$(grep -c '^compat ok lifecycle rank' <<<"$IT_OUT")" 2 "both ranks re-initialized 1000 times"
+assert_rc 0 "shutdown() then init(), 200 times, 3 ranks" -- env SAKER_COMM_TIMEOUT=30 "$run" --local -n 3 --max-restarts 0 -- \
+  $py "$SAKER_SRCDIR/tests/python/hvd_compat_check.py" lifecycle 200
 # CUDA tensors, where this torch has CUDA (Debian's has not; gpu_machine.sh runs it elsewhere).
 if $py -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
   assert_rc 0 "the saker backend and hvd on CUDA tensors, 1 rank (NCCL)" -- "$run" --local -n 1 --max-restarts 0 -- \

@@ -8,53 +8,21 @@ backward pass, and the stall report and timeline name the model's parameters.
 """
 
 import contextlib
+import hashlib
+import json
+import warnings
 
 import torch
 
 from . import collectives, runtime
-from .collectives import Average
-
-
-class Compressor:
-    """How a gradient travels: compress(tensor) -> (tensor, ctx); decompress(tensor, ctx)."""
-
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
-
-
-class NoneCompressor(Compressor):
-    pass
-
-
-class FP16Compressor(Compressor):
-    """Floating-point gradients travel as float16 and come back in their own dtype."""
-
-    @staticmethod
-    def compress(tensor):
-        if tensor.dtype.is_floating_point:
-            return tensor.to(torch.float16), tensor.dtype
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor.to(ctx) if ctx is not None else tensor
-
-
-class Compression:
-    none = NoneCompressor
-    fp16 = FP16Compressor
+from .collectives import Average, Compression, Compressor, FP16Compressor, NoneCompressor  # noqa: F401 (Horovod's names)
 
 
 class _DistributedMixin:
     """Mixed in front of the user's optimizer class (so isinstance and LR schedulers keep
     working); its state lives in the same object."""
 
-    def _saker_setup(self, named_parameters, compression, backward_passes_per_step, op, predivide):
+    def _saker_setup(self, named_parameters, compression, backward_passes_per_step, op, predivide, sparse_as_dense):
         collectives._check_op(op)
         if op is not Average and predivide != 1.0:
             raise ValueError("gradient_predivide_factor needs op=Average")
@@ -78,13 +46,28 @@ class _DistributedMixin:
         self._saker_op = op
         self._saker_passes = backward_passes_per_step
         self._saker_predivide = predivide
+        self._saker_sparse_as_dense = sparse_as_dense
         self._saker_handles = {}  # param -> collective handle
         self._saker_delay = {}  # param -> backward passes left before its allreduce
         self._saker_grad_accs = []
         self._saker_sync = True
         self._saker_synchronized = False
         if runtime.size() > 1:
+            self._saker_check_model(params)
             self._saker_hook_all(params)
+
+    def _saker_check_model(self, params):
+        """Once, up front: every rank trains the same parameters (names, dtypes, shapes) with
+        the same op, or every rank raises HorovodInternalError saying how they differ. The
+        fusion negotiation refuses a gradient whose count, dtype or op differs at every
+        step; this also catches a parameter of the same size and another shape, which the
+        per-step check can only do for gradients that travel as float32/float64."""
+        described = sorted((self._saker_names[id(p)], str(p.dtype), list(p.shape)) for p in params
+                           if p.requires_grad)
+        digest = hashlib.sha1(json.dumps(described).encode()).hexdigest()[:12]
+        collectives._verify_ordered({"kind": "DistributedOptimizer", "name": "", "dtype": "",
+                                     "shape": [len(described)], "root": None, "op": self._saker_op.name,
+                                     "ragged": False, "model": f"{len(described)} parameters, digest {digest}"})
 
     def _saker_hook_all(self, params):
         for p in params:
@@ -109,12 +92,22 @@ class _DistributedMixin:
     def _saker_start(self, p):
         if p.grad is None:
             p.grad = torch.zeros_like(p)
+        name = self._saker_names[id(p)]
+        if p.grad.is_sparse:
+            if self._saker_sparse_as_dense:
+                p.grad = p.grad.to_dense()
+            else:  # Horovod's sparse allreduce: every rank's indices and values, gathered
+                if self._saker_op not in (Average, collectives.Sum):
+                    raise ValueError(f"sparse gradient of '{name}': op {self._saker_op!r} is not Sum or Average; "
+                                     "pass sparse_as_dense=True")
+                return collectives.sparse_allreduce_async(p.grad, name=name, op=self._saker_op), True
         pre, post = 1.0, 1.0
         if self._saker_op is Average and self._saker_predivide != 1.0:
             pre, post = 1.0 / self._saker_predivide, self._saker_predivide
-        return collectives.allreduce_async_(p.grad, name=self._saker_names[id(p)], op=self._saker_op,
-                                            prescale_factor=pre, postscale_factor=post,
-                                            compression=self._saker_compression)
+        # The per-step cross-rank check only where it fuses with the gradients (float32/64);
+        # _saker_check_model covered the rest once.
+        return collectives._allreduce_async(p.grad, p.grad, name, self._saker_op, pre, post, self._saker_compression,
+                                            check_ranks="fused"), False
 
     def synchronize(self):
         """Wait for every gradient's allreduce (starting those whose hooks did not fire)."""
@@ -125,8 +118,10 @@ class _DistributedMixin:
         # Names, not hook order, match tensors across ranks, so any order is fine here.
         for p in missing:
             self._saker_handles[p] = self._saker_start(p)
-        for p, h in self._saker_handles.items():
-            collectives.synchronize(h)
+        for p, (h, sparse) in self._saker_handles.items():
+            out = collectives.synchronize(h)
+            if sparse:
+                p.grad = out
             self._saker_delay[p] = self._saker_passes
         self._saker_handles.clear()
         self._saker_synchronized = True
@@ -143,8 +138,9 @@ class _DistributedMixin:
     def step(self, closure=None):
         if self._saker_sync:
             if self._saker_synchronized:
-                raise AssertionError("optimizer.step() after optimizer.synchronize(): wrap step() in "
-                                     "`with optimizer.skip_synchronize():`")
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() after "
+                              "optimizer.synchronize(): the gradients are allreduced again (slower); wrap step() in "
+                              "`with optimizer.skip_synchronize():`", stacklevel=2)
             self.synchronize()
         self._saker_synchronized = False
         return super().step(closure)
@@ -167,15 +163,13 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     num_groups/groups are accepted and ignored: Saker's fusion buffer groups by size.
     """
     collectives._no_process_set(process_set)
-    if sparse_as_dense:
-        raise NotImplementedError("sparse_as_dense: Saker reduces dense gradients only; use dense embeddings "
-                                  "(nn.Embedding(sparse=False))")
     if backward_passes_per_step < 1:
         raise ValueError("backward_passes_per_step must be >= 1")
     cls = type(optimizer.__class__.__name__, (_DistributedMixin, optimizer.__class__), {})
     dist = cls.__new__(cls)
     dist.__dict__.update(optimizer.__dict__)  # the same param_groups, defaults and state
-    dist._saker_setup(named_parameters, compression, backward_passes_per_step, op, gradient_predivide_factor)
+    dist._saker_setup(named_parameters, compression, backward_passes_per_step, op, gradient_predivide_factor,
+                      sparse_as_dense)
     return dist
 
 
@@ -201,7 +195,20 @@ def broadcast_parameters(params, root_rank=0):
 
 
 def broadcast_optimizer_state(optimizer, root_rank=0):
-    """Give every rank root_rank's optimizer state (hyper-parameters and per-parameter state)."""
+    """Give every rank root_rank's optimizer state (hyper-parameters and per-parameter state).
+
+    An optimizer without state yet (no step taken) gets it first as Horovod creates it:
+    zero gradients for the parameters that train, and one step of the wrapped optimizer's
+    own step() (a DistributedOptimizer's step would allreduce)."""
+    if not optimizer.state_dict()["state"]:
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if p.requires_grad and p.grad is None:
+                    p.grad = torch.zeros_like(p)
+        if isinstance(optimizer, _DistributedMixin):
+            super(_DistributedMixin, optimizer).step()
+        else:
+            optimizer.step()
     state = collectives.broadcast_object(optimizer.state_dict(), root_rank)
     if runtime.rank() != root_rank:
         optimizer.load_state_dict(state)

@@ -5,10 +5,32 @@ import socket
 
 _comm = None  # saker._comm.Communicator once init() ran
 _cross = (0, 1)  # (cross_rank, cross_size): this rank's node among the job's nodes
+# Where the next init() meets the other ranks once shutdown() ran: (host, port, rank, size)
+# of a fresh Saker store that rank 0 serves (the launcher's store still holds the first
+# generation's rendezvous keys, which a second bootstrap would read as its own).
+_next = None
+_servers = []  # the stores this rank serves for the current and the next generation
+_on_shutdown = []  # callables that reset per-communicator state (collectives' counters)
 
 
 class NotInitializedError(ValueError):
     """Raised when a call needs saker.torch.init() first (Horovod raises ValueError too)."""
+
+
+class HorovodInternalError(RuntimeError):
+    """Horovod's exception for a collective that failed: a peer died or timed out, or the
+    ranks disagreed on a tensor's name, type, shape, op or root (the message names each
+    rank's value). Elastic training scripts catch it to restore their last commit."""
+
+
+class HostsUpdatedInterrupt(RuntimeError):
+    """Horovod's exception for hosts added or removed under elastic training. Saker never
+    raises it (saker-run restarts the whole step instead); it exists so that scripts
+    that catch it import and run unchanged."""
+
+    def __init__(self, skip_sync=False):
+        super().__init__("hosts updated")
+        self.skip_sync = skip_sync
 
 
 def _place(comm):
@@ -46,16 +68,58 @@ def init(comm=None, process_sets=None):
     if process_sets is not None:
         raise NotImplementedError("saker.torch.init(process_sets=...): process sets are not supported; "
                                   "use one job step per group of ranks")
+    global _next
     if _comm is not None:
         return
     from saker import _comm as ext
-    adopt(ext.Communicator.from_environment())
+    if _next is not None:
+        host, port, r, n = _next
+        _next = None
+        adopt(ext.Communicator.over_tcp_store(host, port, r, n, node_identity(), socket.gethostname()))
+        del _servers[:-1]  # the store of the generation before this one has no client left
+    else:
+        adopt(ext.Communicator.from_environment())
+
+
+def _next_generation(comm):
+    """Collective, over the communicator about to go: rank 0 serves a fresh store on a free
+    port and every rank learns its address; then no rank still uses comm."""
+    from saker import _comm as ext
+    import torch
+    addr = torch.zeros(256, dtype=torch.uint8)
+    if comm.rank() == 0:
+        server = ext.TcpStoreServer(0)
+        _servers.append(server)
+        host = os.environ.get("SAKER_COMM_ADDR") or os.environ.get("MASTER_ADDR") or socket.gethostname()
+        raw = f"{host}:{server.port()}".encode()[:255]
+        addr[: len(raw)] = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+    comm.broadcast(addr.data_ptr(), addr.numel(), 0)
+    comm.barrier()  # every rank is done with comm: tearing it down resets no one's link
+    host, port = bytes(addr.tolist()).rstrip(b"\0").decode().rsplit(":", 1)
+    return host, int(port), comm.rank(), comm.size()
 
 
 def shutdown():
-    """Tear the communicator down (joins its threads); init() may be called again."""
-    global _comm, _cross
+    """Tear the communicator down (joins its threads); init() may be called again.
+
+    Collective when more than one rank runs, as in Horovod (every rank calls it): the
+    ranks agree on where the next init() meets, then each drops its communicator."""
+    global _comm, _cross, _next
+    comm = _comm
     _comm, _cross = None, (0, 1)
+    for reset in _on_shutdown:
+        reset()
+    if comm is None:
+        return
+    _next = None
+    if comm.size() > 1:
+        try:
+            _next = _next_generation(comm)
+        except RuntimeError as e:  # a peer is gone: the next init() bootstraps from the environment
+            import sys
+            print(f"saker.torch: shutdown() could not agree on the next rendezvous with every rank ({e}); "
+                  "a later init() bootstraps from the environment", file=sys.stderr, flush=True)
+    del comm  # the last reference (unless torch.distributed's process group holds one): threads joined
 
 
 def is_initialized():
