@@ -302,9 +302,33 @@ Sweep load(const std::string& what) {
   return s;
 }
 
+// Lineages outside DIR (checkpoints: on shared storage) are keyed by the name alone:
+// CHECKPOINTS/NAME/.saker-sweep-state records the state directory of the sweep whose
+// lineages they are, so two sweeps of one name never resume from each other's checkpoints.
+// Best effort where this node cannot write there (the trials' nodes make the lineages).
+void claim_lineages(const Spec& spec) {
+  const fs::path root = spec.checkpoints / spec.name;
+  const fs::path inside = root.lexically_relative(spec.dir);
+  if (!inside.empty() && *inside.begin() != "..") return;  // in DIR: keyed with it
+  const std::string owner = trim(slurp(root / ".saker-sweep-state"));
+  std::error_code ec;
+  if (!owner.empty() && owner != spec.dir.string() && fs::exists(fs::path(owner) / "sweep.yaml", ec) &&
+      !fs::equivalent(owner, spec.dir, ec))
+    throw Exit{kConflict,
+               saker::explain("the lineages in " + root.string() + " are those of the sweep whose state is " + owner,
+                              "two sweeps named " + spec.name + " with one checkpoints: would resume from each "
+                              "other's checkpoints",
+                              "give this sweep another name:, or another checkpoints:")};
+  if (owner.empty()) try {
+      Store(root).write_file(".saker-sweep-state", spec.dir.string() + "\n");
+    } catch (const std::exception&) {
+    }
+}
+
 // Before a sweep runs (run, submit): records the sweep file in its directory the first
 // time; later, refuses a changed one.
 void freeze(const Sweep& s) {
+  claim_lineages(s.spec);
   if (s.file.empty()) return;  // run from its directory: the frozen copy itself
   const Spec& spec = s.spec;
   const Store store(spec.dir);

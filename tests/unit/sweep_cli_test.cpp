@@ -147,6 +147,17 @@ TEST_CASE("two sweep files with the same name: never the same state, and the mes
   CHECK(r.rc == 4);
   CHECK(r.err.find((dir / "shared").string() + " holds the state of sweep file " + a) != std::string::npos);
   CHECK(cli({"run", b}).rc == 4);
+
+  // Two sweeps of one name with one checkpoints: never share lineages.
+  const std::string c = write_sweep(dir, "c.yaml", "same", "", "eval_loss", "checkpoints: lineages\n");
+  const std::string d = write_sweep(dir, "d.yaml", "same", "", "eval_loss", "checkpoints: lineages\n", "[7, 8]");
+  REQUIRE(cli({"run", c}).rc == 0);
+  r = cli({"run", d});
+  CHECK(r.rc == 4);
+  CHECK(r.err.find("the lineages in " + (dir / "lineages" / "same").string() + " are those of the sweep whose state is " +
+                   (dir / "c.same.sweep").string()) != std::string::npos);
+  CHECK(state_of(dir / "d.same.sweep", 0) == "pending");
+  CHECK(cli({"run", c}).rc == 0);  // its own lineages: fine
 }
 
 TEST_CASE("a state directory of the old layout (NAME.sweep, whatever the file's name) still resumes", "[sweep][cli]") {
