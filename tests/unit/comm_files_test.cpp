@@ -380,3 +380,22 @@ TEST_CASE("timeline attack: a symbolic link at its path is not followed", "[comm
   unlink(path.c_str());
   unlink(target.c_str());
 }
+
+TEST_CASE("shm: a failed start removes the segment's name only when it is this user's file", "[comm][shm]") {
+  Removed cleanup;
+  struct stat st {};
+  const std::string own = shm_names::fresh();
+  close(segment::create(own, kBytes));  // as a creator killed right after creating it
+  segment::remove_if_ours(own);         // what each surviving member does
+  CHECK(stat(("/dev/shm" + own).c_str(), &st) != 0);
+  const std::string foreign = shm_names::fresh();
+  plant(foreign, 0600);
+  cleanup.names.push_back(foreign);
+  segment::remove_if_ours(foreign);
+  CHECK(stat(("/dev/shm" + foreign).c_str(), &st) == 0);
+  const std::string link = shm_names::fresh();
+  REQUIRE(symlink(("/dev/shm" + foreign).c_str(), ("/dev/shm" + link).c_str()) == 0);
+  cleanup.names.push_back(link);
+  segment::remove_if_ours(link);
+  CHECK(lstat(("/dev/shm" + link).c_str(), &st) == 0);
+}
