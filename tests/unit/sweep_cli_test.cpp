@@ -263,3 +263,25 @@ TEST_CASE("a local run that is interrupted says so, in its output and in the tri
   CHECK(r.out.find("trial 0 (q=1) resumes at rung 0") != std::string::npos);
   CHECK(state_of(other / "p.sweep", 0) == "completed");
 }
+
+TEST_CASE("every subcommand: its --help, an unknown option, no sweep, a file that is no sweep file", "[sweep][cli]") {
+  TempDir dir;
+  std::ofstream(dir / "notes.txt") << "just: [some, notes\n";
+  for (const std::string c : {"submit", "run", "status", "best", "report", "trial"}) {
+    INFO(c);
+    const Result help = cli({c, "--help"});
+    CHECK(help.rc == 0);
+    CHECK(help.out.rfind("Usage: saker-sweep " + c + " ", 0) == 0);
+    const Result unknown = cli({c, (dir / "q.yaml").string(), "--bogus"});
+    CHECK(unknown.rc == 2);
+    CHECK(unknown.err.find("saker-sweep " + c + ": unknown option --bogus") != std::string::npos);
+    CHECK(unknown.err.find("(fix: saker-sweep " + c + " takes") != std::string::npos);
+    const Result none = cli({c});
+    CHECK(none.rc == 2);
+    CHECK(none.err.find("saker-sweep " + c + ": no ") != std::string::npos);
+    if (c == "trial") continue;  // outside a job array task: 3 before the file is read
+    const Result bad = cli({c, (dir / "notes.txt").string()});
+    CHECK(bad.rc == 3);
+    CHECK(bad.err.find((dir / "notes.txt").string() + ":") != std::string::npos);  // FILE:LINE:COLUMN
+  }
+}
