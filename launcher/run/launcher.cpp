@@ -202,7 +202,7 @@ int run_supervised(const RunOptions& o, const std::string& self) {
   const std::string master_addr = in_slurm ? first_node_address(env_or("SLURM_JOB_NODELIST", "")) : "127.0.0.1";
   const std::unique_ptr<Step> step =
       in_slurm ? make_srun_step(o.srun_args, self, o.program) : make_local_step(o.ntasks, o.program);
-  if (!o.ckpt_dir.empty()) std::filesystem::create_directories(o.ckpt_dir);
+  if (!o.ckpt_dir.empty()) create_dir_private(o.ckpt_dir);
   // Each attempt's heartbeats and preempt marker live in a private directory of its own
   // (runtime_dir.hpp): beside the checkpoints (shared by every node on a real cluster),
   // else in TMPDIR (seen by the ranks on this node).

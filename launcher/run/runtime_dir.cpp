@@ -86,6 +86,16 @@ void make_private_dir(const std::string& path) {
   check_private_dir(path);
 }
 
+void create_dir_private(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) {
+    throw Error(explain("cannot create the directory " + path, std::strerror(errno),
+                        "create it yourself, or pass a --ckpt-dir you can write"));
+  }
+}
+
 bool is_own_regular_file(const std::string& path) {
   struct stat st {};
   return ::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid();

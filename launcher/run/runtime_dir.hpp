@@ -25,6 +25,11 @@ void check_parent_dir(const std::string& dir);
 // this user's with no access for group or others. Refuses anything that exists already.
 void make_private_dir(const std::string& path);
 
+// Creates `path` if it does not exist, its missing parents as mkdir -p does and `path`
+// itself with mode 0700 (whatever the umask: a group-writable umask would otherwise give
+// a directory check_parent_dir refuses). An existing `path` is left as it is.
+void create_dir_private(const std::string& path);
+
 // Throws saker::Error unless `path` (not followed if a symlink) is a directory owned by
 // this user with no group or other access.
 void check_private_dir(const std::string& path);

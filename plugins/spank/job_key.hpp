@@ -2,8 +2,9 @@
 //
 // Saker's collective library authenticates every connection with SAKER_JOB_KEY
 // (saker-comm(3)). saker-run makes one per attempt; a plain `srun prog` gets one here:
-// the plugin runs inside srun before the tasks launch, and srun copies its environment
-// into the launch request, which reaches slurmstepd over Slurm's munge-authenticated RPC.
+// the plugin runs inside srun (slurm_spank_init, before srun reads --export) and srun
+// copies its environment into the launch request, which reaches slurmstepd over Slurm's
+// munge-authenticated RPC.
 // spank_setenv works only in slurmstepd, so the key is set in srun's own environment.
 #pragma once
 

@@ -116,6 +116,8 @@ int export_policy_path(spank_t sp) {
 
 extern "C" int slurm_spank_init(spank_t sp, int argc, char** argv) {
   return saker::plugin::guarded("slurm_spank_init", -1, [&] {
+    // In srun, before it parses its options: so that --export=NONE,SAKER_JOB_KEY finds the key.
+    if (spank_context() == S_CTX_LOCAL && give_step_a_key() != 0) return -1;
     if (spank_context() == S_CTX_REMOTE) {
       saker::plugin::log_to_slurm();
       // Once per step in slurmd's log (verbose level): which Saker the node runs.
@@ -139,10 +141,8 @@ extern "C" int slurm_spank_init_post_opt(spank_t sp, int /*argc*/, char** /*argv
   return saker::plugin::guarded("slurm_spank_init_post_opt", -1, [&] {
     switch (spank_context()) {
       case S_CTX_ALLOCATOR:
-        return record_datasets(sp);
       case S_CTX_LOCAL:
-        if (const int rc = record_datasets(sp); rc != 0) return rc;
-        return give_step_a_key();
+        return record_datasets(sp);
       case S_CTX_REMOTE:
         saker::spank::residency_prepare(sp, g_state.config, g_state.datasets);
         saker::spank::telemetry_start(sp, g_state.config);

@@ -213,3 +213,16 @@ TEST_CASE("a heartbeat another user planted, or a symlink, is ignored") {
   REQUIRE(::stat((t.path / "rank-3").c_str(), &st) == 0);
   CHECK((st.st_mode & 0777) == 0600);
 }
+
+TEST_CASE("a checkpoint directory saker-run creates is 0700 whatever the umask, so it is never refused") {
+  TempDir t;
+  const mode_t old = ::umask(002);  // RHEL's default for users: new directories 0775
+  RunOptions o = local(1, "exit 0");
+  o.ckpt_dir = (t.path / "new" / "ckpt").string();
+  const int rc = run_supervised(o, "unused");
+  ::umask(old);
+  CHECK(rc == kExitOk);
+  struct stat st {};
+  REQUIRE(::stat(o.ckpt_dir.c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0700);
+}
