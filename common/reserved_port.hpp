@@ -8,6 +8,11 @@
 // with SO_REUSEADDR and never listening: the kernel then never picks the port for anyone
 // else, and a bind without SO_REUSEADDR fails, while the rank's own listener, which sets
 // SO_REUSEADDR as torch's TCPStore and Saker's store both do, binds and listens there.
+// It does not keep other users out: Linux lets any user's SO_REUSEADDR socket bind and
+// listen on a port held by a bound, non-listening SO_REUSEADDR socket (no owner check),
+// and SO_REUSEPORT, which checks the owner, would keep the rank's own SO_REUSEADDR
+// listener out too (both seen as two real uids, kernel 6.18). saker-run therefore checks
+// that nothing listens there before the ranks start (saker-run(1), MASTER_PORT).
 #pragma once
 
 #include <string>
