@@ -141,14 +141,21 @@ double aes_gbs(bool open, int threads, double seconds) {
   return sum;
 }
 
+// A bound: the best of 7 short tries (the one least disturbed by whatever else runs).
+double best_gbs(bool open, int threads) {
+  double best = 0;
+  for (int i = 0; i < 7; ++i) best = std::max(best, aes_gbs(open, threads, 0.15));
+  return best;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int rounds = argc > 1 ? std::max(1, std::atoi(argv[1])) : 5;
   const int cores = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
-  std::printf("AES-256-GCM (OpenSSL EVP, aead::Sealer/Opener) on 256 KiB frames:\n");
-  const double seal1 = aes_gbs(false, 1, 0.5), open1 = aes_gbs(true, 1, 0.5);
-  const double sealn = aes_gbs(false, cores, 0.5), openn = aes_gbs(true, cores, 0.5);
+  std::printf("AES-256-GCM (OpenSSL EVP, aead::Sealer/Opener) on 256 KiB frames, best of 7 tries of 0.15 s:\n");
+  const double seal1 = best_gbs(false, 1), open1 = best_gbs(true, 1);
+  const double sealn = best_gbs(false, cores), openn = best_gbs(true, cores);
   std::printf("  one core: seal %.2f GB/s, open %.2f GB/s; %d cores at once: seal %.2f GB/s, open %.2f GB/s in all\n", seal1,
               open1, cores, sealn, openn);
   // Each rank of a 2-rank ring seals and opens every byte of busbw once: on one core
