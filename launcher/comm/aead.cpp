@@ -44,7 +44,8 @@ std::uint32_t get_u32(const unsigned char* p) {
 
 }  // namespace
 
-Sealer::Sealer(const Key& key, std::string link) : ctx_(keyed(key, true)), link_(std::move(link)) {}
+Sealer::Sealer(const Key& key, std::string link, std::uint64_t first)
+    : ctx_(keyed(key, true)), seq_(first), link_(std::move(link)) {}
 Sealer::~Sealer() = default;
 
 void Sealer::seal(const void* plain, std::size_t len, unsigned char* frame) {
@@ -65,7 +66,8 @@ void Sealer::seal(const void* plain, std::size_t len, unsigned char* frame) {
   ++seq_;
 }
 
-Opener::Opener(const Key& key, std::string link) : ctx_(keyed(key, false)), link_(std::move(link)) {}
+Opener::Opener(const Key& key, std::string link, std::uint64_t first)
+    : ctx_(keyed(key, false)), seq_(first), link_(std::move(link)) {}
 Opener::~Opener() = default;
 
 void Opener::tampered(const std::string& what) const {

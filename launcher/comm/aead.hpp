@@ -52,7 +52,8 @@ struct CipherCtx;  // EVP_CIPHER_CTX, kept behind the header
 class Sealer {
  public:
   // link names the direction in errors, e.g. "the link to rank 1 (host n1), channel 0".
-  Sealer(const Key& key, std::string link);
+  // first: the first frame's sequence number (0 on a link; tests start near the end).
+  Sealer(const Key& key, std::string link, std::uint64_t first = 0);
   ~Sealer();
   Sealer(const Sealer&) = delete;
   Sealer& operator=(const Sealer&) = delete;
@@ -70,7 +71,7 @@ class Sealer {
 
 class Opener {
  public:
-  Opener(const Key& key, std::string link);
+  Opener(const Key& key, std::string link, std::uint64_t first = 0);
   ~Opener();
   Opener(const Opener&) = delete;
   Opener& operator=(const Opener&) = delete;

@@ -168,6 +168,20 @@ TEST_CASE("aead: a wrong key, a replayed frame and two swapped frames are detect
   }
 }
 
+TEST_CASE("aead: a sealer refuses to go past sequence 2^64-2 rather than reuse a nonce", "[comm][aead]") {
+  const std::uint64_t last = ~std::uint64_t{0} - 1;
+  Sealer s(key_of(1), "the link to rank 1 (host h1), channel 0", last);
+  Opener o(key_of(1), kLink, last);
+  auto plain = pattern(100);
+  CHECK(opened(o, sealed(s, plain)) == plain);  // the last frame a key may seal
+  try {
+    sealed(s, plain);
+    FAIL("a frame was sealed past the last sequence number");
+  } catch (const saker::Error& e) {
+    CHECK(std::string(e.what()).find("the link to rank 1 (host h1), channel 0 has sealed 2^64-1 frames") != std::string::npos);
+  }
+}
+
 TEST_CASE("aead: a length above the bound is refused before anything is sized by it", "[comm][aead][attack]") {
   Opener o(key_of(1), kLink);
   unsigned char header[kHeader] = {0xff, 0xff, 0xff, 0x7f};
