@@ -549,8 +549,40 @@ def cmd_kill_on_shm(args):
             time.sleep(0.0005)
 
     threading.Thread(target=find_victim, daemon=True).start()
+    # inotify (through ctypes: the standard library has no binding) sees a name however
+    # briefly it lives; polling the directory does not.
+    import ctypes
+    import select
+    libc = ctypes.CDLL(None, use_errno=True)
+    ino = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+    if ino < 0 or libc.inotify_add_watch(ino, b"/dev/shm", 0x100) < 0:  # IN_CREATE
+        raise OSError(ctypes.get_errno(), "inotify on /dev/shm")
     open(args.out + ".ready", "w").close()
+    found_at = None
     while time.time() < deadline:
+        if select.select([ino], [], [], 0.001)[0]:
+            data = os.read(ino, 65536)
+            names, at = [], 0
+            while at + 16 <= len(data):
+                n = struct.unpack_from("iIII", data, at)[3]
+                names.append(data[at + 16 : at + 16 + n].rstrip(b"\0").decode(errors="replace"))
+                at += 16 + n
+            while not victim and time.time() < deadline:
+                time.sleep(0.0001)
+            for name in names:
+                if name.startswith("saker") and victim:
+                    os.kill(victim[0], 9)
+                    say("INFO SIGKILLed rank %d (pid %d) once /dev/shm/%s was created" % (args.rank, victim[0], name))
+                    return
+        if victim and found_at is None:
+            found_at = time.time()
+        if found_at is not None and time.time() > found_at + args.window:
+            # A name that lives only microseconds (its member unlinks it at once) is not
+            # seen by polling: kill the rank during its start anyway; nothing may be left.
+            os.kill(victim[0], 9)
+            say("INFO no segment of uid %d seen within %g s of rank %d's start; SIGKILLed it (pid %d) then" %
+                (args.uid, args.window, args.rank, victim[0]))
+            return
         for name in os.listdir("/dev/shm"):
             try:
                 if victim and os.stat("/dev/shm/" + name).st_uid == args.uid:
@@ -559,7 +591,7 @@ def cmd_kill_on_shm(args):
                     return
             except OSError:
                 pass
-    say("INFO no segment of uid %d appeared (rank %d: pid %s)" % (args.uid, args.rank, victim))
+    say("INFO rank %d of uid %d never started" % (args.rank, args.uid))
 
 
 def main():
@@ -595,6 +627,7 @@ def main():
     q.add_argument("--rank", type=int, default=0)
     q.add_argument("--out", required=True)
     q.add_argument("--deadline", type=float, default=20.0)
+    q.add_argument("--window", type=float, default=3.0, help="seconds after the rank started to kill it anyway")
     q.set_defaults(fn=cmd_kill_on_shm)
     q = sub.add_parser("runtime-files")
     q.add_argument("what", choices=("heartbeat", "marker"))
