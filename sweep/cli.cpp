@@ -80,9 +80,10 @@ const char* kExitCodes =
     "Exit codes (saker(7)): 0 done, 1 failed (a trial failed; best: no trial has a result yet),\n"
     "2 usage error, 3 the sweep file or directory cannot be read or does not load (FILE:LINE:COLUMN),\n"
     "or sbatch cannot be run, or trial outside a job array, 4 conflict: the sweep file changed since it\n"
-    "first ran, its state directory is another sweep file's, or its job array still runs, 75 a trial\n"
-    "stopped for requeue (trial), or a local run was interrupted (run), 78 sbatch refused the job array\n"
-    "(the site policy or an sbatch option; its message is shown).\n";
+    "first ran, its state directory or lineages are another sweep's, or its job array still runs,\n"
+    "75 a trial stopped for requeue (trial), or a local run was interrupted (run: running it again\n"
+    "resumes), 78 sbatch refused the job array (the site policy or an sbatch option; its message\n"
+    "is shown).\n";
 
 std::string usage() {
   std::string s = "Usage:\n";
