@@ -341,7 +341,8 @@ void freeze(const Sweep& s) {
                                   (known ? "" : " (or another file of that name: first ran in " + spec.dir.string() + ")") +
                                   "; the copy it ran with is " + (spec.dir / "sweep.yaml").string(),
                               "its trials would no longer match the ones already run",
-                              "restore the file, or give the changed sweep its own dir: (or another name:)")};
+                              "restore the file, or give the changed sweep its own dir: (or another name:), or "
+                              "remove " + spec.dir.string() + " to start it over")};
   }
   if (frozen.empty()) {
     store.write_file("sweep.yaml", text);
@@ -487,7 +488,24 @@ int run_here(const Args& a) {
       (*g_out) << "saker-sweep: stopped: " << summary(rows(spec)) << "; " << resume << " goes on from here\n";
       return rc;
     }
-    if (rc != kOk) worst = kFailed;
+    if (rc == kOk) continue;
+    worst = kFailed;
+    // A metric the program never reports fails every trial the same way: no other starts.
+    const auto rs = rows(spec);
+    for (const Row& r : rs) {
+      if (r.state.state != State::failed || r.metrics.series.empty() || r.metrics.series.count(spec.metric) != 0)
+        continue;
+      const auto names = reported_metrics({r});
+      std::string list;
+      for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+      (*g_out) << "saker-sweep: not starting the other trials: " << summary(rs) << "\n";
+      throw Exit{kFailed, saker::explain("saker-sweep: sweep " + spec.name + "'s metric " + spec.metric +
+                                             " is never reported by its program",
+                                         "trial " + std::to_string(r.trial.id) + " reported " + list +
+                                             ", and every other trial would fail the same way",
+                                         "set metric: name: in " + a.sweep + " to one of those, then remove " +
+                                             spec.dir.string() + " (or give the sweep its own dir:) to start over")};
+    }
   }
   (*g_out) << "saker-sweep: " << summary(rows(spec)) << "\n";
   return worst;

@@ -138,8 +138,10 @@ std::string no_result(const Spec& spec, const Store& store, std::size_t trial, s
            "command's {metrics})";
   std::vector<std::string> names;
   for (const auto& [name, _] : m.series) names.push_back(name);
+  std::string file = store.read_file("file");  // the sweep file, where a job array's task read its copy
+  while (!file.empty() && file.back() == '\n') file.pop_back();
   return why + ": it reported " + and_list(names) + ", never " + spec.metric + " (fix: set metric: name: in " +
-         spec.file + " to one of those, or make the program report " + spec.metric + ")";
+         (file.empty() ? spec.file : file) + " to one of those, or make the program report " + spec.metric + ")";
 }
 
 }  // namespace

@@ -189,6 +189,10 @@ TEST_CASE("a metric that no trial reports fails the trial with the names it did 
   CHECK(r.rc == 1);
   CHECK(r.out.find("reported eval_loss and loss, never eval_los") != std::string::npos);
   CHECK(r.out.find("metric: name:") != std::string::npos);
+  // The other trial would fail the same way: it is not started.
+  CHECK(state_of(dir / "typo.sweep", 1) == "pending");
+  CHECK(r.err.find("sweep typo's metric eval_los is never reported by its program: trial 0 reported eval_loss, loss") !=
+        std::string::npos);
   const Result s = cli({"status", f});
   CHECK(s.out.find("trial 0 failed: ") != std::string::npos);
   CHECK(s.out.find("reported eval_loss and loss") != std::string::npos);
