@@ -3,9 +3,11 @@
 // option, a missing value or sweep) exit 2 and say what was probably meant.
 #include "sweep/cli.hpp"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -351,13 +353,40 @@ void freeze(const Sweep& s) {
   if (owner_of(spec.dir) != absolute(s.file)) store.write_file("file", absolute(s.file) + "\n");
 }
 
-std::vector<Row> rows(const Spec& spec) {
+std::string host_name() {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  return host;
+}
+
+// A local run's worker: "localPID.HOST", the job part of its trials' owner.
+std::string local_job() { return "local" + std::to_string(::getpid()) + "." + host_name(); }
+
+// A trial held by a local run whose process is gone from this host (killed, or its
+// terminal closed) is not running any more: it shows as interrupted, and the next run
+// resumes it (claim() takes a trial held by another job's worker).
+void unless_gone(TrialState& t, const std::string& sweep) {
+  const std::string job = owner_job(t.owner);
+  const std::size_t dot = job.find('.');
+  if (t.state != State::running || job.rfind("local", 0) != 0 || dot == std::string::npos ||
+      job.substr(dot + 1) != host_name())
+    return;
+  const std::string pid = job.substr(5, dot - 5);
+  if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) return;
+  if (::kill(static_cast<pid_t>(std::stol(pid)), 0) == 0 || errno != ESRCH) return;
+  t.state = State::interrupted;
+  t.reason = "the saker-sweep run that ran it (process " + pid + " on " + host_name() +
+             ") is gone at rung " + std::to_string(t.rung) + "; saker-sweep run " + sweep + " resumes it";
+}
+
+std::vector<Row> rows(const Spec& spec, const std::string& sweep) {
   const Store store(spec.dir);
   const auto trials = make_trials(spec);
   const auto states = store.load_all(trials.size());
   std::vector<Row> out;
   for (std::size_t i = 0; i < trials.size(); ++i) {
     Row r{trials[i], states[i], read_metrics(store.metrics_path(i)), "-"};
+    unless_gone(r.state, sweep);
     std::error_code ec;
     if (fs::is_directory(spec.lineage(i), ec)) {
       const auto list = saker::ckpt::list_checkpoints(spec.lineage(i));
@@ -481,17 +510,17 @@ int run_here(const Args& a) {
   const SignalScope signals;  // Ctrl-C: the trial that runs is left interrupted, no other starts
   const std::string resume = "saker-sweep run " + a.sweep;
   int worst = kOk;
-  const std::string job = "local" + std::to_string(::getpid());
+  const std::string job = local_job();
   for (std::size_t id : todo) {
     const int rc = run_worker(spec, store, {job + "_" + std::to_string(id), id, run_logged, resume}, *g_out);
     if (rc == kWorkerPreempted) {
-      (*g_out) << "saker-sweep: stopped: " << summary(rows(spec)) << "; " << resume << " goes on from here\n";
+      (*g_out) << "saker-sweep: stopped: " << summary(rows(spec, a.sweep)) << "; " << resume << " goes on from here\n";
       return rc;
     }
     if (rc == kOk) continue;
     worst = kFailed;
     // A metric the program never reports fails every trial the same way: no other starts.
-    const auto rs = rows(spec);
+    const auto rs = rows(spec, a.sweep);
     for (const Row& r : rs) {
       if (r.state.state != State::failed || r.metrics.series.empty() || r.metrics.series.count(spec.metric) != 0)
         continue;
@@ -507,7 +536,7 @@ int run_here(const Args& a) {
                                              spec.dir.string() + " (or give the sweep its own dir:) to start over")};
     }
   }
-  (*g_out) << "saker-sweep: " << summary(rows(spec)) << "\n";
+  (*g_out) << "saker-sweep: " << summary(rows(spec, a.sweep)) << "\n";
   return worst;
 }
 
@@ -535,7 +564,7 @@ int trial(const Args& a) {
 // the command itself makes (the first DIR/reproduce/trial-ID.K that does not exist).
 int best(const Args& a) {
   const Spec spec = load(a.sweep).spec;
-  const auto rs = rows(spec);
+  const auto rs = rows(spec, a.sweep);
   const auto states = states_of(rs);
   const auto b = best_trial(spec, states);
   if (!b)
@@ -567,7 +596,7 @@ int best(const Args& a) {
 
 int report(const Args& a) {
   const Spec spec = load(a.sweep).spec;
-  const auto rs = rows(spec);
+  const auto rs = rows(spec, a.sweep);
   const std::string metric = a.has("metric") ? a.get("metric") : spec.metric;
   const std::vector<std::string> known = reported_metrics(rs);
   std::string list;
@@ -600,7 +629,7 @@ int report(const Args& a) {
 
 int status(const Args& a) {
   const Spec spec = load(a.sweep).spec;
-  const auto rs = rows(spec);
+  const auto rs = rows(spec, a.sweep);
   (*g_out) << table(spec, rs, by_id(rs.size())) << summary(rs) << "\n";
   for (const Row& r : rs)
     if (r.state.state == State::failed || r.state.state == State::interrupted)

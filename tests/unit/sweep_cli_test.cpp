@@ -3,6 +3,9 @@
 // and the fix (issue 31). The trials are a shell "trainer": loss q/budget at step budget.
 #include <catch2/catch.hpp>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <fstream>
 #include <sstream>
 
@@ -252,6 +255,21 @@ TEST_CASE("a local run that is interrupted says so, in its output and in the tri
   r = cli({"status", f});
   CHECK(r.out.find("interrupted") != std::string::npos);
   CHECK(r.out.find("running") == std::string::npos);
+
+  // A run killed outright (SIGKILL, a closed terminal) leaves its trial "running": status
+  // shows it interrupted once that process is gone, and the next run resumes it.
+  const pid_t gone = ::fork();
+  if (gone == 0) ::_exit(0);
+  ::waitpid(gone, nullptr, 0);
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  fs::create_directories(dir / "i.sweep" / "trials" / "1");
+  std::ofstream(dir / "i.sweep" / "trials" / "1" / "state")
+      << "state=running\nrung=0\nruns=1\nowner=local" << gone << "." << host << "_1\n";
+  r = cli({"status", f});
+  CHECK(r.out.find("2 trials: 2 interrupted") != std::string::npos);
+  CHECK(r.out.find("trial 1 interrupted: the saker-sweep run that ran it (process " + std::to_string(gone) + " on " +
+                   host + ") is gone at rung 0; saker-sweep run " + f + " resumes it") != std::string::npos);
 
   // A command that stops after an emergency checkpoint (exit 75) with no job to requeue.
   TempDir other;
