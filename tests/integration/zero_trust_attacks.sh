@@ -348,6 +348,26 @@ case_files() {
         "read files: none of the job's $n checkpoint and timeline files (saker-train --ckpt-dir, SAKER_TIMELINE) is readable by mallory"
 }
 
+# Mallory creates the checkpoint directory alice will name (a shared scratch path), 0777:
+# whoever owns it can read, replace or remove what is written there. The job must refuse it
+# (naming it) or at least write nothing into it.
+case_ckpt_dir() {
+    ATK_OUT=""
+    local dir=$SHARED_TMP/alice-ckpt
+    as "$MALLORY" sh -c "mkdir '$dir' && chmod 0777 '$dir'"
+    [[ -f $JOBDIR/data.h5 ]] || (cd "$JOBDIR" && as "$ALICE" "$TRAIN" make-data --out "$JOBDIR/data.h5") >/dev/null 2>&1
+    (cd "$JOBDIR" && as "$ALICE" timeout -k 5 120 "$RUN" --local -n 2 --max-restarts 0 --ckpt-dir "$dir" -- \
+        "$TRAIN" --data "$JOBDIR/data.h5" --steps 20 --ckpt-every 10 --log-every 10) >"$CTL/ckpt-dir.job" 2>&1 &&
+        JOB_RC=0 || JOB_RC=$?
+    JOB_OUT=$(cat "$CTL/ckpt-dir.job")
+    local n
+    n=$(find "$dir" -mindepth 1 -user "$ALICE" 2>/dev/null | wc -l)
+    JOB_OUT+=$'\n'"$n file(s) or directories of $ALICE in $dir"
+    verdict "$(yes_if eval '((n == 0)) && [[ $JOB_RC != 0 && $JOB_OUT == *"$dir"* ]]')" \
+        "pre-created checkpoint directory: --ckpt-dir names a directory mallory made (0777); the job refuses it, naming it, and writes nothing there"
+    rm -rf "$dir"
+}
+
 # Rank 0 is SIGKILLed the moment a segment of alice's is created (inotify; or three seconds
 # into its start when none is); saker-run then stops rank 1. Nothing of the job may stay
 # in /dev/shm.
@@ -491,7 +511,7 @@ want() { [[ -z ${ZT_ONLY:-} || " $ZT_ONLY " == *" $1 "* ]]; }
 src=$(sed -n 's/^abs_top_srcdir = //p' "$SAKER_BUILDDIR/Makefile" 2>/dev/null)
 it_log "attacking the build $SAKER_BUILDDIR (sources $src, commit $(git -C "${src:-/nonexistent}" log -1 --format=%h 2>/dev/null || echo 'unknown: not a git checkout'))"
 case_control
-for c in store_read store_poison abort hijack replay squat shm heartbeat marker files shm_leftovers encrypt_local; do
+for c in store_read store_poison abort hijack replay squat shm heartbeat marker files ckpt_dir shm_leftovers encrypt_local; do
     want "$c" && "case_$c"
 done
 if want nodes_squat || want nodes_poison || want nodes_hijack || want capture || want flip; then
