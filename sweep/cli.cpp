@@ -177,7 +177,7 @@ Args parse(const Subcommand& c, const std::vector<std::string>& words) {
       const std::string name = w.substr(dashes ? 2 : 1, eq == std::string::npos ? std::string::npos : eq - 2);
       const auto o = std::find_if(c.options.begin(), c.options.end(), [&](const Option& x) { return x.name == name; });
       if (o == c.options.end() || !dashes) {
-        std::vector<std::string> own, others;
+        std::vector<std::string> own;
         for (const Option& x : c.options) own.push_back(x.name);
         std::string guess = closest(name, own), whose;
         if (guess.empty()) {
@@ -200,7 +200,7 @@ Args parse(const Subcommand& c, const std::vector<std::string>& words) {
         a.values[o->name] = "";
       } else if (eq != std::string::npos) {
         a.values[o->name] = w.substr(eq + 1);
-      } else if (i + 1 < words.size()) {
+      } else if (i + 1 < words.size() && words[i + 1].rfind("--", 0) != 0) {  // --svg=--odd for such a value
         a.values[o->name] = words[++i];
       } else {
         throw usage_error("saker-sweep " + c.name + ": --" + o->name + " needs a value", o->value + ": " + o->help,

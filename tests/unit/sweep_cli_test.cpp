@@ -90,6 +90,9 @@ TEST_CASE("unknown commands and options are named as such, with what was probabl
   r = cli({"report", q, "--svg"});
   CHECK(r.rc == 2);
   CHECK(r.err.find("--svg needs a value") != std::string::npos);
+  r = cli({"report", q, "--svg", "--metric", "loss"});  // not a plot named --metric
+  CHECK(r.rc == 2);
+  CHECK(r.err.find("--svg needs a value") != std::string::npos);
   r = cli({"status"});
   CHECK(r.rc == 2);
   CHECK(r.err.find("no sweep given") != std::string::npos);
