@@ -13,8 +13,10 @@
 #
 # Runs only with SAKER_TEST_FULL=1 or SAKER_ZT_ATTACKS=1 (it fails against code without
 # issue 28's fixes; the lead enables it by default once they land); skips (77) otherwise,
-# and when not root. About 2 minutes.
+# and when not root. 2 to 3 minutes. One run at a time per machine (fixed namespace names
+# zt-a/zt-b and bridge zt-br, removed at exit).
 #   SAKER_BUILDDIR  the build to attack (default: see lib.sh)
+#   ZT_ONLY="store_read hijack ..."  only these cases (the case_* functions below)
 set -u
 . "$(dirname "$0")/lib.sh"
 it_require_root
@@ -60,11 +62,10 @@ done
 
 it_at_exit "find /dev/shm -maxdepth 1 \\( -user $ALICE -o -user $MALLORY \\) -delete 2>/dev/null"
 BG_PIDS=()   # every background process this test started (killed at exit if still running)
-it_at_exit 'for p in "${BG_PIDS[@]}"; do kill "$p" 2>/dev/null; done' 
+it_at_exit 'for p in "${BG_PIDS[@]}"; do kill "$p" 2>/dev/null; done'
 
-# Things the job must never show, whatever the attack.
-JOB_ENV=(SAKER_COMM_TRANSPORT=ring SAKER_COMM_TIMEOUT=10)
-ABORT_TEXT="MALLORY-WAS-HERE-$$"
+JOB_ENV=(SAKER_COMM_TRANSPORT=ring SAKER_COMM_TIMEOUT=10)   # every job of alice's: the TCP ring
+ABORT_TEXT="MALLORY-WAS-HERE-$$"   # what mallory's abort notices say; the job must never print it
 
 # job_start NAME [VAR=value...] [-- saker-run options]: alice's job in the background; its
 # output goes to $CTL/NAME.job; it stops once $CTL/NAME.stop exists.
