@@ -221,6 +221,16 @@ def optimizer(r, n):
             hvd.broadcast_optimizer_state(opt, root_rank=0)
             got = hvd.allgather_object(repr(opt.state_dict()["param_groups"]))
             check(all(g == got[0] for g in got), f"broadcast_optimizer_state without state: {got}")
+            check(len(opt.state_dict()["state"]) == 2, "broadcast_optimizer_state creates the state (Horovod)")
+    # ... also when a parameter does not train: it keeps no gradient, the others get zeros.
+    frozen = torch.nn.Parameter(torch.tensor([1, 3], dtype=torch.int32), requires_grad=False)
+    trained = torch.nn.Parameter(torch.rand(4))
+    opt = hvd.DistributedOptimizer(torch.optim.SGD([frozen, trained], lr=0.001, momentum=0.9, nesterov=True),
+                                   named_parameters=[("frozen", frozen), ("trained", trained)])
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    check(frozen.grad is None and trained.grad is not None and torch.equal(trained.grad, torch.zeros(4)),
+          "broadcast_optimizer_state: zero gradients for the parameters that train, none for the others")
+    check(torch.equal(hvd.broadcast(trained.grad, root_rank=0), trained.grad), "that gradient broadcasts")
 
 
 def semantics(r, n, parts):
@@ -239,6 +249,10 @@ def mismatch(r, n, only=None):
          lambda: hvd.allreduce(torch.ones(4, dtype=torch.int32 if other else f32), name="ar.dtype")),
         ("allreduce shape, same count", ["ar.shape", "[2, 3]", "[3, 2]"],
          lambda: hvd.allreduce(torch.ones((3, 2) if other else (2, 3)), name="ar.shape")),
+        ("allreduce shape, large", ["ar.big", "[128, 256]", "[256, 128]"],  # fingerprint apart from the data
+         lambda: hvd.allreduce(torch.ones((256, 128) if other else (128, 256)), name="ar.big")),
+        ("allreduce shape, float16", ["ar.half", "[2, 3]", "[3, 2]"],
+         lambda: hvd.allreduce(torch.ones((3, 2) if other else (2, 3), dtype=torch.float16), name="ar.half")),
         ("allreduce shape", ["ar.count", "[4]", "[5]"],
          lambda: hvd.allreduce(torch.ones(5 if other else 4), name="ar.count")),
         ("allreduce op", ["ar.op", "Sum", "Max"],
@@ -261,6 +275,8 @@ def mismatch(r, n, only=None):
          lambda: hvd.reducescatter(torch.ones(n, 3 if other else 2), name="rs.shape")),
         ("DistributedOptimizer model", ["DistributedOptimizer", "model differs", "1 parameters"],
          lambda: hvd.DistributedOptimizer(torch.optim.SGD([w], lr=0.1), named_parameters=[("w", w)])),
+        ("broadcast_parameters", ["broadcast_parameters", "model differs", "1 tensors"],
+         lambda: hvd.broadcast_parameters({"w": w}, root_rank=0)),
         ("different collectives", ["broadcast", "allgather"],
          lambda: hvd.allgather(torch.ones(1)) if other else hvd.broadcast(torch.ones(1), 0)),
     ]

@@ -15,16 +15,17 @@ rank that called join() stands in with zeros there, which is how a join during a
 broadcast or an allgather is seen). Only on a mismatch do the ranks exchange their
 descriptors in full, so that every rank raises the same HorovodInternalError naming the
 tensor and each rank's value. The ordered collectives wait for the check (int64, two
-15-bit hashes) before their bytes move. An allreduce's fingerprint takes the data's own
-dtype and op where that dtype holds its sums exactly (float32/float64/int32/int64; three
-7-bit hashes; [h, -h] for Min/Max), so the fusion buffer fuses it with the data in the same
-negotiation round and no round trip is added; the fusion negotiation itself already
-refuses a different count, dtype or op under one name, so bytes are never reinterpreted,
-and a shape that differs with the same count is found after the reduction (an in-place
-tensor then holds the elementwise result). float16/bfloat16 allreduces get an int64
-fingerprint of their own (DistributedOptimizer skips it and checks its model once, when it
-is built). The torch.distributed backend does not run the check (its hot path stays as it
-was).
+15-bit hashes) before their bytes move. An allreduce's fingerprint travels in the same
+negotiation round as its data and adds no round trip; up to 64 KiB of data it takes the
+data's own dtype and op where that dtype holds its sums exactly (float32/float64/int32/
+int64; three 7-bit hashes; [h, -h] for Min/Max), so that the fusion buffer fuses the two;
+a larger or half-precision tensor's fingerprint goes alone (int64: fused, it would cost
+the large tensor a copy through the fusion buffer). The fusion negotiation itself already
+refuses a different count, dtype or op under one name, so bytes are never reinterpreted;
+a shape that differs with the same count is found after the reduction (an in-place tensor
+then holds the elementwise result). DistributedOptimizer's gradients carry no fingerprint:
+it compares its parameters once, when it is built. The torch.distributed backend does not
+run the check (its hot path stays as it was).
 """
 
 import io
@@ -132,6 +133,14 @@ def _scaled(t, factor):
     return t * factor
 
 
+def _lib(fn, *args):
+    """A libsaker_comm call whose failure (a peer gone, a timeout) is Horovod's HorovodInternalError."""
+    try:
+        return fn(*args)
+    except RuntimeError as e:
+        raise HorovodInternalError(str(e)) from e
+
+
 def _wait(handle):
     try:
         handle.wait()
@@ -188,6 +197,7 @@ def _host_buffer(tensor):
 
 # ---- the cross-rank check ----
 _ROW = 64  # int64 words per rank in a mismatch report (512 bytes of JSON)
+_FUSE_CHECK_BYTES = 64 << 10  # up to this size an allreduce's fingerprint is fused with its data
 
 
 def _describe(kind, name, tensor, root=None, op=None, ragged=False):
@@ -204,7 +214,7 @@ def _hashes(desc, bits, count):
            len(shape), desc["root"], desc["op"], desc.get("model"), bits, count)
     got = _FINGERPRINTS.get(key)
     if got is None:
-        if len(_FINGERPRINTS) > 100000:
+        if len(_FINGERPRINTS) > 10000:
             _FINGERPRINTS.clear()
         raw = json.dumps(key[:8]).encode()
         got = _FINGERPRINTS[key] = [zlib.crc32(bytes([i]) + raw) & ((1 << bits) - 1) for i in range(count)]
@@ -237,7 +247,7 @@ class _Check:
         else:
             vals = [1] + [v for h in hs for v in (h, h * h)]
         self.vec = torch.tensor(vals, dtype=dtype)
-        self.handle = comm.enqueue_allreduce(tag, self.vec.data_ptr(), len(vals), _DTYPES[dtype], self.op.code)
+        self.handle = _lib(comm.enqueue_allreduce, tag, self.vec.data_ptr(), len(vals), _DTYPES[dtype], self.op.code)
 
     def agreed(self, need_all):
         _wait(self.handle)
@@ -262,8 +272,8 @@ class _Check:
         row = torch.zeros(8 * _ROW, dtype=torch.uint8)
         row[: len(raw)] = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
         table[self.comm.rank()] = row.view(torch.int64)
-        h = self.comm.enqueue_allreduce(self.tag + "#report", table.data_ptr(), table.numel(), _DTYPES[torch.int64],
-                                        Sum.code)
+        h = _lib(self.comm.enqueue_allreduce, self.tag + "#report", table.data_ptr(), table.numel(),
+                 _DTYPES[torch.int64], Sum.code)
         _wait(h)
         rows = []
         for r in range(n):
@@ -348,13 +358,14 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     native_avg = op is Average and buf.is_floating_point() and buf.dtype not in _HALF
     code = Sum.code if (op is Average and not native_avg) else op.code
     check = None
-    if n > 1 and (check_ranks is True or (check_ranks == "fused" and _Check.fuses(buf.dtype, n))):
-        check = _Check(comm, "saker.check/" + name, _describe(kind, name, tensor, op=op), buf.dtype,
-                       _CODES[code])
-    try:
-        handle = comm.enqueue_allreduce(name, buf.data_ptr(), buf.numel(), dtype, code)
-    except RuntimeError as e:
-        raise HorovodInternalError(str(e)) from e
+    if n > 1 and check_ranks:
+        # A small tensor's fingerprint shares its dtype and op, so that the fusion buffer
+        # fuses the two; a large one's goes alone (int64): fused, it would cost the large
+        # tensor a copy into the fusion buffer and back.
+        small = buf.numel() * buf.element_size() <= _FUSE_CHECK_BYTES
+        check = _Check(comm, "saker.check/" + name, _describe(kind, name, tensor, op=op),
+                       buf.dtype if small else torch.int64, _CODES[code] if small else Sum)
+    handle = _lib(comm.enqueue_allreduce, name, buf.data_ptr(), buf.numel(), dtype, code)
     _inflight.add(name)
 
     def finish():
@@ -468,7 +479,19 @@ def _grouped(tensors, name, start, what="grouped_allreduce"):
     base = name if name is not None else f"{what}.noname.{next(_noname)}"
     handles = [start(t, f"{base}.{i}") for i, t in enumerate(tensors)]
     inner = [_pending.pop(h) for h in handles]
-    return _register([x for p in inner for x in p.handles], inner, lambda: [p.finish() for p in inner])
+
+    def finish():  # every member finishes (and frees its name) before the first error is raised
+        results, failure = [], None
+        for p in inner:
+            try:
+                results.append(p.finish())
+            except Exception as e:  # noqa: BLE001 - re-raised below
+                failure = failure or e
+        if failure is not None:
+            raise failure
+        return results
+
+    return _register([x for p in inner for x in p.handles], inner, finish)
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -545,14 +568,15 @@ def synchronize(handle):
 
 
 # ---- broadcast ----
-def _broadcast_async(tensor, output, root_rank, name):
+def _broadcast_async(tensor, output, root_rank, name, check=True):
     comm = runtime.comm()
-    _verify_ordered(_describe("broadcast", name, tensor, root=root_rank))
+    if check:
+        _verify_ordered(_describe("broadcast", name, tensor, root=root_rank))
     if not 0 <= root_rank < comm.size():
         raise ValueError(f"broadcast: root_rank {root_rank} outside 0..{comm.size() - 1}")
     src = tensor if output is tensor else (tensor.detach().clone() if comm.rank() == root_rank else output)
     buf, _ = _host_buffer(src)
-    handle = comm.broadcast_async(buf.data_ptr(), buf.numel() * buf.element_size(), root_rank)
+    handle = _lib(comm.broadcast_async, buf.data_ptr(), buf.numel() * buf.element_size(), root_rank)
 
     def finish():
         _wait(handle)
@@ -610,13 +634,13 @@ def _allgather_bytes(payload):
     n = comm.size()
     lengths = torch.zeros(n, dtype=torch.int64)
     mine = torch.tensor([len(payload)], dtype=torch.int64)
-    comm.allgather(mine.data_ptr(), lengths.data_ptr(), 8)
+    _lib(comm.allgather, mine.data_ptr(), lengths.data_ptr(), 8)
     width = int(lengths.max())
     send = torch.zeros(max(width, 1), dtype=torch.uint8)
     if payload:
         send[: len(payload)] = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
     recv = torch.empty(n * send.numel(), dtype=torch.uint8)
-    comm.allgather(send.data_ptr(), recv.data_ptr(), send.numel())
+    _lib(comm.allgather, send.data_ptr(), recv.data_ptr(), send.numel())
     rows = recv.view(n, send.numel())
     return [rows[r, : int(lengths[r])].numpy().tobytes() for r in range(n)]
 
@@ -625,7 +649,7 @@ def _gather_counts(comm, count):
     """Every rank's int64 count (rank order), over the ordered allgather."""
     counts = torch.zeros(comm.size(), dtype=torch.int64)
     mine = torch.tensor([count], dtype=torch.int64)
-    comm.allgather(mine.data_ptr(), counts.data_ptr(), 8)
+    _lib(comm.allgather, mine.data_ptr(), counts.data_ptr(), 8)
     return counts
 
 
@@ -644,7 +668,7 @@ def _allgather_start(tensor, desc):
     send = torch.zeros((most,) + tail, dtype=t.dtype)
     send[: t.shape[0]] = t
     recv = torch.empty((n * most,) + tail, dtype=t.dtype)
-    handle = comm.allgather_async(send.data_ptr(), recv.data_ptr(), send.numel() * send.element_size())
+    handle = _lib(comm.allgather_async, send.data_ptr(), recv.data_ptr(), send.numel() * send.element_size())
 
     def finish():
         _wait(handle)
@@ -725,7 +749,7 @@ def _alltoall_start(tensor, splits, name):
     # Every rank sees every rank's splits, so a bad one fails on every rank alike.
     row = torch.tensor((mine + [-1] * n)[:n] + [len(mine), t.shape[0]], dtype=torch.int64)
     table = torch.zeros(n, n + 2, dtype=torch.int64)
-    comm.allgather(row.data_ptr(), table.data_ptr(), row.numel() * 8)
+    _lib(comm.allgather, row.data_ptr(), table.data_ptr(), row.numel() * 8)
     for r in range(n):
         got, length, rows = table[r, :n].tolist(), int(table[r, n]), int(table[r, n + 1])
         if length != n or any(s < 0 for s in got) or sum(got) != rows:
@@ -737,7 +761,7 @@ def _alltoall_start(tensor, splits, name):
     send = torch.zeros((most,) + tail, dtype=t.dtype)
     send[: t.shape[0]] = t
     recv = torch.empty((n * most,) + tail, dtype=t.dtype)
-    handle = comm.allgather_async(send.data_ptr(), recv.data_ptr(), send.numel() * send.element_size())
+    handle = _lib(comm.allgather_async, send.data_ptr(), recv.data_ptr(), send.numel() * send.element_size())
     received = table[:, me]
 
     def finish():
@@ -878,12 +902,12 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=None):
     else:
         data = b""
     length = torch.tensor([len(data)], dtype=torch.int64)
-    comm.broadcast(length.data_ptr(), 8, root_rank)
+    _lib(comm.broadcast, length.data_ptr(), 8, root_rank)
     buf = torch.zeros(int(length), dtype=torch.uint8)
     if comm.rank() == root_rank and data:
         buf[:] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
     if buf.numel():
-        comm.broadcast(buf.data_ptr(), buf.numel(), root_rank)
+        _lib(comm.broadcast, buf.data_ptr(), buf.numel(), root_rank)
     return torch.load(io.BytesIO(buf.numpy().tobytes()))
 
 

@@ -58,10 +58,9 @@ class _DistributedMixin:
 
     def _saker_check_model(self, params):
         """Once, up front: every rank trains the same parameters (names, dtypes, shapes) with
-        the same op, or every rank raises HorovodInternalError saying how they differ. The
-        fusion negotiation refuses a gradient whose count, dtype or op differs at every
-        step; this also catches a parameter of the same size and another shape, which the
-        per-step check can only do for gradients that travel as float32/float64."""
+        the same op, or every rank raises HorovodInternalError saying how they differ. At
+        every step the fusion negotiation still refuses a gradient whose count, dtype or op
+        differs; the gradients themselves carry no fingerprint (nothing on the hot path)."""
         described = sorted((self._saker_names[id(p)], str(p.dtype), list(p.shape)) for p in params
                            if p.requires_grad)
         digest = hashlib.sha1(json.dumps(described).encode()).hexdigest()[:12]
@@ -104,10 +103,10 @@ class _DistributedMixin:
         pre, post = 1.0, 1.0
         if self._saker_op is Average and self._saker_predivide != 1.0:
             pre, post = 1.0 / self._saker_predivide, self._saker_predivide
-        # The per-step cross-rank check only where it fuses with the gradients (float32/64);
-        # _saker_check_model covered the rest once.
+        # No per-step cross-rank check: _saker_check_model compared the parameters once, and
+        # the fusion negotiation refuses a count, dtype or op that differs at every step.
         return collectives._allreduce_async(p.grad, p.grad, name, self._saker_op, pre, post, self._saker_compression,
-                                            check_ranks="fused"), False
+                                            check_ranks=False), False
 
     def synchronize(self):
         """Wait for every gradient's allreduce (starting those whose hooks did not fire)."""
@@ -183,13 +182,20 @@ def _named(params):
 
 
 def broadcast_parameters(params, root_rank=0):
-    """Overwrite every rank's parameters (state_dict() or named_parameters()) with root_rank's."""
+    """Overwrite every rank's parameters (state_dict() or named_parameters()) with root_rank's.
+
+    One cross-rank check covers them all (names, dtypes, shapes, root), before any byte moves."""
+    named = [(name, p) for name, p in _named(params) if torch.is_tensor(p)]
+    if runtime.size() > 1:
+        described = [(name, str(p.dtype), list(p.shape)) for name, p in named]
+        digest = hashlib.sha1(json.dumps(described).encode()).hexdigest()[:12]
+        collectives._verify_ordered({"kind": "broadcast_parameters", "name": "", "dtype": "", "shape": [len(named)],
+                                     "root": root_rank, "op": None, "ragged": False,
+                                     "model": f"{len(named)} tensors, digest {digest}"})
     handles = []
-    for name, p in _named(params):
-        if not torch.is_tensor(p):
-            continue
-        handles.append(collectives.broadcast_async_(p.data if isinstance(p, torch.nn.Parameter) else p, root_rank,
-                                                    name=name))
+    for name, p in named:
+        t = p.data if isinstance(p, torch.nn.Parameter) else p
+        handles.append(collectives._broadcast_async(t, t, root_rank, name, check=False))
     for h in handles:
         collectives.synchronize(h)
 
