@@ -107,6 +107,12 @@ def numerics(r, n):
     check(torch.equal(it, torch.tensor([5, -5, 7])), "prescale leaves the input alone")
     got = hvd.allreduce(torch.tensor([3], dtype=torch.int32), op=hvd.Sum, postscale_factor=0.5)
     check(int(got) == int(3 * n * 0.5), "int postscale truncates")
+    # uint8/int8/int16 (Horovod reduces them too): integer sums wrap as the type's own.
+    for dt, vals in ((torch.int8, [100, -100, 7]), (torch.uint8, [200, 3, 0]), (torch.int16, [30000, -5, 1])):
+        got = hvd.allreduce(torch.tensor(vals, dtype=dt), op=hvd.Sum)
+        check(got.dtype == dt and torch.equal(got, (torch.tensor(vals) * n).to(dt)), f"{dt} Sum: {got}")
+    got = hvd.allreduce(torch.tensor([7, -7], dtype=torch.int8) * (1 if r == 0 else 0))
+    check(torch.equal(got, torch.tensor([int(7 / n), int(-7 / n)], dtype=torch.int8)), f"int8 Average: {got}")
     # Product.
     p = hvd.allreduce(torch.tensor([float(r + 1), 2.0]), op=hvd.Product)
     fact = 1.0

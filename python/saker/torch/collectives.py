@@ -58,6 +58,7 @@ Product = _ReduceOp("Product", None)  # over an allgather (see _product_async)
 _DTYPES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3, torch.int32: 4, torch.int64: 5}
 _CODES = {op.code: op for op in (Sum, Min, Max, Average)}
 _HALF = (torch.float16, torch.bfloat16)
+_NARROW_INTS = (torch.uint8, torch.int8, torch.int16)
 
 
 # ---- compression (here, not in optimizer.py: collectives need it, the optimizer uses it) ----
@@ -117,8 +118,8 @@ def _dtype_code(tensor, what):
     try:
         return _DTYPES[tensor.dtype]
     except KeyError:
-        raise TypeError(f"{what}: saker reduces float32/float64/float16/bfloat16/int32/int64 tensors, "
-                        f"not {tensor.dtype}; cast the tensor first") from None
+        raise TypeError(f"{what}: saker reduces float32/float64/float16/bfloat16/int32/int64 (and uint8/int8/int16) "
+                        f"tensors, not {tensor.dtype}; cast the tensor first") from None
 
 
 def _scaled(t, factor):
@@ -345,10 +346,13 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     if op is Product:
         return _product_async(tensor, output, name, prescale_factor, postscale_factor, compression)
     compressed, ctx = compression.compress(tensor)
-    dtype = _dtype_code(compressed, f"allreduce '{name}'")
-    buf, _ = _host_buffer(compressed)
-    if buf is tensor and output is not tensor:
-        buf = buf.clone()
+    if compressed.dtype in _NARROW_INTS:  # reduced as int32, then cast back (wrapping, as Horovod's C++ adds)
+        buf = compressed.detach().to("cpu", torch.int32, copy=True).contiguous()
+    else:
+        buf, _ = _host_buffer(compressed)
+        if buf is tensor and output is not tensor:
+            buf = buf.clone()
+    dtype = _dtype_code(buf, f"allreduce '{name}'")
     if prescale_factor != 1.0:
         with torch.no_grad():
             buf.copy_(_scaled(buf, prescale_factor))
