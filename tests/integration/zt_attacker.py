@@ -468,6 +468,8 @@ def cmd_sniff(args):
             continue
         ihl = (ip[0] & 15) * 4
         total = struct.unpack("!H", ip[2:4])[0]
+        if total == 0 or total > len(ip):  # BIG TCP: a GSO packet past 64 KiB says 0
+            total = len(ip)
         tcp = ip[ihl:total]
         sport, dport = struct.unpack("!HH", tcp[:4])
         data = tcp[(tcp[12] >> 4) * 4:]
