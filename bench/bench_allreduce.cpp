@@ -25,8 +25,11 @@
 // model's check on 3 and 4 ranks tests its scaling law alone.
 // Usage: bench_allreduce [--quick] [--rounds R] [--sizes B,B,..] [--modes one-node,tcp]
 //                        [--bind core|none] [--wire [NS0=]ADDR0,NS1=ADDR1,..] [--report FILE]
+//                        [--transit auth|encrypt|off]
 //   --quick: np=2 only (default np 2..4); --rounds: default 3; --report: also write the
-//   model and its predictions to FILE.
+//   model and its predictions to FILE; --transit: Saker's SAKER_COMM_TRANSIT (the peers
+//   have no such mode: against them, encrypt shows its whole cost; bench_transit compares
+//   the modes and prints the AES-256-GCM bound).
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -285,6 +288,7 @@ int main(int argc, char** argv) {
     else if (a == "--bind" && i + 1 < argc) bind_core = std::strcmp(argv[++i], "core") == 0;
     else if (a == "--modes" && i + 1 < argc) modes = split(argv[++i]);
     else if (a == "--report" && i + 1 < argc) report = argv[++i];
+    else if (a == "--transit" && i + 1 < argc) setenv("SAKER_COMM_TRANSIT", argv[++i], 1);  // the ranks inherit it
     else if (a == "--wire" && i + 1 < argc) {
       for (const std::string& w : split(argv[++i])) {
         auto eq = w.find('=');
@@ -293,7 +297,7 @@ int main(int argc, char** argv) {
       }
     } else {
       std::fprintf(stderr, "usage: %s [--quick] [--rounds R] [--sizes B,B,..] [--modes one-node,tcp] [--bind core|none]"
-                           " [--wire [NS0=]ADDR0,NS1=ADDR1,..] [--report FILE]\n", argv[0]);
+                           " [--wire [NS0=]ADDR0,NS1=ADDR1,..] [--report FILE] [--transit auth|encrypt|off]\n", argv[0]);
       return 2;
     }
   }
@@ -311,7 +315,8 @@ int main(int argc, char** argv) {
   int cores = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
   std::printf("allreduce fp32 busbw in GB/s (nccl-tests: algbw*2(n-1)/n); ratio = saker / peer, same run;\n"
               "each figure: median over %d interleaved rounds of each program's median of %d blocks, [min-max] "
-              "of the rounds\n", rounds, bench::kBlocks);
+              "of the rounds; Saker's transit: %s\n", rounds, bench::kBlocks,
+              std::getenv("SAKER_COMM_TRANSIT") ? std::getenv("SAKER_COMM_TRANSIT") : "auth");
   for (std::size_t r = 0; wire.on() && r < wire.addr.size(); ++r)
     std::printf("emulated wire: rank %zu at %s%s%s\n", r, wire.addr[r].c_str(), wire.ns[r].empty() ? "" : " in netns ",
                 wire.ns[r].c_str());
