@@ -15,12 +15,13 @@ rank that called join() stands in with zeros there, which is how a join during a
 broadcast or an allgather is seen). Only on a mismatch do the ranks exchange their
 descriptors in full, so that every rank raises the same HorovodInternalError naming the
 tensor and each rank's value. The ordered collectives wait for the check (int64, two
-15-bit hashes) before their bytes move. An allreduce's fingerprint travels in the same
-negotiation round as its data and adds no round trip; up to 64 KiB of data it takes the
+15-bit hashes) before their bytes move. An allreduce's fingerprint is enqueued with its
+data, which never waits for it; up to 64 KiB of data it takes the
 data's own dtype and op where that dtype holds its sums exactly (float32/float64/int32/
 int64; three 7-bit hashes; [h, -h] for Min/Max), so that the fusion buffer fuses the two;
 a larger or half-precision tensor's fingerprint goes alone (int64: fused, it would cost
-the large tensor a copy through the fusion buffer). The fusion negotiation itself already
+the large tensor a copy through the fusion buffer; alone, it costs a 64 MiB allreduce
+0.2-0.4 ms, see saker-torch(7)). The fusion negotiation itself already
 refuses a different count, dtype or op under one name, so bytes are never reinterpreted;
 a shape that differs with the same count is found after the reduction (an in-place tensor
 then holds the elementwise result). DistributedOptimizer's gradients carry no fingerprint:
@@ -211,7 +212,7 @@ _FINGERPRINTS = {}  # descriptor key -> hashes (a step's gradients repeat the sa
 
 def _hashes(desc, bits, count):
     shape = desc["shape"]
-    key = (desc["kind"], desc["name"], desc["dtype"], json.dumps(shape[1:] if desc["ragged"] else shape),
+    key = (desc["kind"], desc["name"], desc["dtype"], tuple(shape[1:] if desc["ragged"] else shape),
            len(shape), desc["root"], desc["op"], desc.get("model"), bits, count)
     got = _FINGERPRINTS.get(key)
     if got is None:
