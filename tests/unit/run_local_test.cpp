@@ -14,37 +14,11 @@
 
 #include "common/error.hpp"
 #include "launcher/run/launcher.hpp"
+#include "run_test_support.hpp"
 
 using namespace saker::run;
+using namespace saker::run::test;
 namespace fs = std::filesystem;
-
-namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/saker-run-test-XXXXXX";
-    path = ::mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string read(const std::string& name) const {
-    std::ifstream in(path / name);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  }
-};
-
-RunOptions local(int n, const std::string& script) {
-  RunOptions o;
-  o.local = true;
-  o.ntasks = n;
-  o.grace_s = 5;
-  o.program = {"/bin/sh", "-c", script};
-  return o;
-}
-
-}  // namespace
 
 TEST_CASE("every local rank sees its rank variables") {
   TempDir t;

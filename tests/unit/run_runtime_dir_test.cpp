@@ -18,37 +18,21 @@
 #include "launcher/run/options.hpp"
 #include "launcher/run/process.hpp"
 #include "launcher/run/runtime_dir.hpp"
+#include "run_test_support.hpp"
 
 using namespace saker::run;
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
+using saker::run::test::TempDir;
 
 namespace {
 
 constexpr uid_t kNobody = 65534;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/saker-rundir-test-XXXXXX";
-    path = ::mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string read(const std::string& name) const {
-    std::ifstream in(path / name);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  }
-};
-
+// One attempt only: a refusal must show as this attempt's outcome.
 RunOptions local(int n, const std::string& script) {
-  RunOptions o;
-  o.local = true;
-  o.ntasks = n;
-  o.grace_s = 5;
+  RunOptions o = test::local(n, script);
   o.max_restarts = 0;
-  o.program = {"/bin/sh", "-c", script};
   return o;
 }
 
