@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/forked_ranks.hpp"
 #include "launcher/comm/auth.hpp"
 #include "launcher/comm/net.hpp"
 #include "saker/comm.hpp"
@@ -120,31 +121,16 @@ Figures allreduce_run(int blocks) {
   TcpStoreServer store_auth(0, so, "127.0.0.1");
   so.transit = Transit::off;
   TcpStoreServer store_off(0, so, "127.0.0.1");
-  int pipefd[2];
-  if (pipe(pipefd) != 0) return {};
-  std::vector<pid_t> pids;
-  for (int r = 0; r < 2; ++r) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      try {
-        rank_main(r, store_auth.port(), store_off.port(), blocks, pipefd[1]);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "bench_handshake: rank %d: %s\n", r, e.what());
-        _exit(1);
-      }
-      _exit(0);
-    }
-    pids.push_back(pid);
-  }
   Figures f;
-  for (auto* v : {&f.lat_auth, &f.lat_off, &f.bw_auth, &f.bw_off}) {
-    v->resize(static_cast<std::size_t>(blocks));
-    if (read(pipefd[0], v->data(), v->size() * sizeof(double)) != static_cast<ssize_t>(v->size() * sizeof(double)))
-      std::fprintf(stderr, "bench_handshake: no figures from rank 0\n");
-  }
-  for (pid_t p : pids) waitpid(p, nullptr, 0);
-  close(pipefd[0]);
-  close(pipefd[1]);
+  for (auto* v : {&f.lat_auth, &f.lat_off, &f.bw_auth, &f.bw_off}) v->resize(static_cast<std::size_t>(blocks));
+  // Rank 0 writes the four series one after another; read them into one buffer.
+  std::vector<double> all(4 * static_cast<std::size_t>(blocks));
+  saker::bench::run_forked_ranks(2, "bench_handshake", all.data(), all.size() * sizeof(double), [&](int r, int out) {
+    rank_main(r, store_auth.port(), store_off.port(), blocks, out);
+  });
+  std::size_t at = 0;
+  for (auto* v : {&f.lat_auth, &f.lat_off, &f.bw_auth, &f.bw_off})
+    for (double& x : *v) x = all[at++];
   return f;
 }
 

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/forked_ranks.hpp"
 #include "launcher/comm/aead.hpp"
 #include "saker/comm.hpp"
 
@@ -77,27 +78,9 @@ Figures allreduce_run(Transit transit) {
   so.transit = transit;
   so.job_key = std::string(32, '\x42');
   TcpStoreServer store(0, so, "127.0.0.1");
-  int pipefd[2];
-  if (pipe(pipefd) != 0) return {};
-  std::vector<pid_t> pids;
-  for (int r = 0; r < 2; ++r) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      try {
-        rank_main(r, store.port(), transit, pipefd[1]);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "bench_transit: rank %d: %s\n", r, e.what());
-        _exit(1);
-      }
-      _exit(0);
-    }
-    pids.push_back(pid);
-  }
-  for (pid_t p : pids) waitpid(p, nullptr, 0);
-  Figures f;
-  if (read(pipefd[0], &f, sizeof f) != sizeof f) std::fprintf(stderr, "bench_transit: no figures from rank 0\n");
-  close(pipefd[0]);
-  close(pipefd[1]);
+  Figures f{};
+  saker::bench::run_forked_ranks(2, "bench_transit", &f, sizeof f,
+                                 [&](int r, int out) { rank_main(r, store.port(), transit, out); });
   return f;
 }
 
