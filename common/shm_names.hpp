@@ -1,9 +1,9 @@
 // Names of the collective library's shared-memory segments in /dev/shm, and the sweep
 // that removes what killed ranks left there.
 //
-// In common/ and not in launcher/comm so that a launcher (saker-run) could sweep after an
-// attempt without linking the collective library; today the next communicator created on
-// the node sweeps (launcher/comm/shm.hpp says when anything is left at all).
+// In common/ and not in launcher/comm so that saker-run sweeps after each attempt without
+// linking the collective library; the next communicator created on the node sweeps too
+// (launcher/comm/shm.hpp says when anything is left at all).
 #pragma once
 
 #include <string>

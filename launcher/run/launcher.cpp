@@ -15,6 +15,7 @@
 #include "common/hostlist.hpp"
 #include "common/log.hpp"
 #include "common/reserved_port.hpp"
+#include "common/shm_names.hpp"
 #include "common/slurm_compat.hpp"
 #include "launcher/run/heartbeat.hpp"
 #include "launcher/run/node_loss.hpp"
@@ -326,6 +327,11 @@ int run_supervised(const RunOptions& o, const std::string& self) {
       }
     }
     attempt.seconds = wall_clock() - started;
+    // A rank killed between creating its shared-memory segment and its node's ranks
+    // mapping it leaves the name in this node's /dev/shm; the user's next communicator
+    // would sweep it, but after the last attempt there is none (saker-comm(3)).
+    if (const int swept = shm_names::sweep_stale(); swept > 0)
+      say("removed " + std::to_string(swept) + " shared-memory segment(s) that killed ranks left in /dev/shm");
     const bool marker_seen = run_dir.preempt_marker_set();
     attempt.outcome = classify(step->result(), preempt_signal, marker_seen, stopped_why, &attempt.detail);
     attempt.refused = step->result().refused;

@@ -2,6 +2,8 @@
 #include <catch2/catch.hpp>
 
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -142,4 +144,22 @@ TEST_CASE("a MASTER_PORT that another user already listens on is refused before 
                              Catch::Matchers::Contains("another program listens there"));
   }
   CHECK_FALSE(fs::exists(t.path / "started"));
+}
+
+TEST_CASE("an attempt's end removes the shared-memory segments its killed ranks left") {
+  // A segment name of a rank that died before its node's ranks mapped (and removed) it:
+  // its creator's pid is gone. The attempt itself is a plain script; saker-run sweeps after it.
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  REQUIRE(child > 0);
+  waitpid(child, nullptr, 0);
+  const std::string name = "/saker-" + std::to_string(child) + "-" + std::string(32, 'a');
+  const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  REQUIRE(fd >= 0);
+  close(fd);
+  const std::string path = "/dev/shm" + name;
+  REQUIRE(fs::exists(path));
+  CHECK(run_supervised(local(1, "exit 0"), "unused") == kExitOk);
+  CHECK_FALSE(fs::exists(path));
+  shm_unlink(name.c_str());
 }
