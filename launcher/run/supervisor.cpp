@@ -14,6 +14,7 @@ std::string refusal_meaning(int code) {
     case 2: return "means a bad command line (usage error)";
     case 126: return "means the program cannot be executed (not executable)";
     case 127: return "means the program cannot be executed (not found)";
+    case 79: return "means every checkpoint in the checkpoint directory is damaged (the program names each file and why; resume from a good copy, or start over with --allow-fresh-start)";
     default: return "means the program refused its settings (e.g. the site policy refused the checkpoint directory)";
   }
 }

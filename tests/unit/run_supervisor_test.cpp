@@ -55,6 +55,17 @@ TEST_CASE("usage errors and programs that cannot execute are refusals too") {
   CHECK(d.reason.find("cannot be executed") != std::string::npos);
 }
 
+TEST_CASE("exit 79 is explained as every checkpoint damaged, not as refused settings") {
+  Attempt a = attempt(1, Outcome::failed, "rank 0 exited with code 79");
+  a.refused = true;
+  a.refused_code = 79;
+  const Decision d = decide(Policy{3, true}, a, 0);
+  CHECK(d.action == Action::give_up);
+  CHECK(d.reason.find("every checkpoint") != std::string::npos);
+  CHECK(d.reason.find("damaged") != std::string::npos);
+  CHECK(d.reason.find("refused its settings") == std::string::npos);
+}
+
 TEST_CASE("a restart promises a checkpoint only when there is a checkpoint directory") {
   CHECK(decide(Policy{3, false, false}, attempt(1, Outcome::failed), 0).reason.find("checkpoint to resume") !=
         std::string::npos);
