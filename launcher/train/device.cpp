@@ -1,5 +1,7 @@
 #include "launcher/train/device.hpp"
 
+#include <sys/stat.h>
+
 #include <cstdlib>
 
 #include "config.h"
@@ -27,24 +29,49 @@ const char* name_of(Device d) {
   return "?";
 }
 
-GpuProbe probe_gpu() {
+GpuProbe interpret_cuda_probe(bool cuda_ok, int count, const std::string& cuda_error, bool driver_present) {
   GpuProbe p;
-#ifdef SAKER_HAVE_NCCL
   p.built = true;
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e == cudaSuccess && n > 0) {
+  if (cuda_ok && count > 0) {
     p.usable = true;
     return p;
   }
-  // The CUDA runtime's own words say why (no driver, no device, a bad
-  // CUDA_VISIBLE_DEVICES); Slurm's fake GPUs, for one, end up here.
+  if (!driver_present) {
+    p.why_not = "no NVIDIA GPU on this machine";
+    return p;
+  }
+  // The CUDA runtime's own words say why (a driver too old, a bad CUDA_VISIBLE_DEVICES);
+  // Slurm's fake GPUs, for one, end up here.
   p.why_not = "no CUDA device visible: ";
-  p.why_not += e == cudaSuccess ? "cudaGetDeviceCount found 0" : std::string("cudaGetDeviceCount: ") + cudaGetErrorString(e);
+  p.why_not += cuda_ok ? "cudaGetDeviceCount found 0" : "cudaGetDeviceCount: " + cuda_error;
   if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) p.why_not += std::string(", CUDA_VISIBLE_DEVICES=") + visible;
+  return p;
+}
+
+bool nvidia_driver_present() {
+  struct stat st {};
+  return ::stat("/proc/driver/nvidia", &st) == 0 || ::stat("/dev/nvidiactl", &st) == 0;
+}
+
+GpuProbe probe_gpu() {
+#ifdef SAKER_HAVE_NCCL
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  return interpret_cuda_probe(e == cudaSuccess, n, e == cudaSuccess ? "" : cudaGetErrorString(e), nvidia_driver_present());
 #else
+  GpuProbe p;
   p.why_not = "this saker-train was built without NCCL";
+  return p;
 #endif
+}
+
+GpuProbe probe_gpu_for(Device wanted) {
+  if (wanted != Device::cpu) return probe_gpu();
+  GpuProbe p;
+#ifdef SAKER_HAVE_NCCL
+  p.built = true;
+#endif
+  p.why_not = "--device cpu";
   return p;
 }
 

@@ -28,6 +28,21 @@ struct GpuProbe {
 // has no NCCL. Never throws.
 GpuProbe probe_gpu();
 
+// What --device needs: --device cpu never asks CUDA anything (no probe, no CUDA
+// message); auto and gpu call probe_gpu().
+GpuProbe probe_gpu_for(Device wanted);
+
+// What the CUDA runtime's answer means (built with NCCL). On a machine without the NVIDIA
+// kernel driver (driver_present false: no /proc/driver/nvidia, no /dev/nvidiactl) nothing
+// is wrong, so the reason is plain words ("no NVIDIA GPU on this machine") and carries no
+// CUDA error text (a CPU-only site must not read "CUDA driver version is insufficient" on
+// every run). With the driver there, a failing runtime is worth reporting: the CUDA
+// runtime's own words are kept.
+GpuProbe interpret_cuda_probe(bool cuda_ok, int count, const std::string& cuda_error, bool driver_present);
+
+// Whether this machine has the NVIDIA kernel driver loaded.
+bool nvidia_driver_present();
+
 // --device gpu where some rank has no GPU path: every rank throws it alike, and a
 // restart would fail the same way (saker-train exits 78, which saker-run does not retry).
 class DeviceRefused : public Error {

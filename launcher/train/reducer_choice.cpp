@@ -78,7 +78,7 @@ ReducerChoice reducer_over(std::unique_ptr<comm::Communicator> comm, Device want
 }
 
 ReducerChoice make_reducer(Device wanted) {
-  const GpuProbe mine = probe_gpu();
+  const GpuProbe mine = probe_gpu_for(wanted);
   if (launcher_world_size() > 1)
     return reducer_over(comm::Communicator::from_environment(reducer_options()), wanted, mine);
   ReducerChoice solo;

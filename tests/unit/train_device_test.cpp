@@ -114,3 +114,35 @@ TEST_CASE("device: ranks agree on one path, and the refusal is the same on every
   });
   for (const std::string& e : errors) CHECK_THAT(e, Catch::Contains("--device gpu: rank 1 on host-node1 cannot allreduce"));
 }
+
+// Issue 31, item 1: a CPU-only machine must not read "cudaGetDeviceCount: CUDA driver version
+// is insufficient for CUDA runtime version" on every run (it reads like a broken install).
+TEST_CASE("device: without the NVIDIA driver the reason is plain words, with no CUDA error text") {
+  const GpuProbe none = interpret_cuda_probe(false, 0, "CUDA driver version is insufficient for CUDA runtime version", false);
+  CHECK(none.built);
+  CHECK_FALSE(none.usable);
+  CHECK(none.why_not == "no NVIDIA GPU on this machine");
+  // The driver is there but CUDA fails: something is wrong, and CUDA's words say what.
+  const GpuProbe broken = interpret_cuda_probe(false, 0, "CUDA driver version is insufficient for CUDA runtime version", true);
+  CHECK_FALSE(broken.usable);
+  CHECK_THAT(broken.why_not, Catch::Contains("cudaGetDeviceCount: CUDA driver version is insufficient"));
+  CHECK(interpret_cuda_probe(true, 2, "", true).usable);
+  CHECK_THAT(interpret_cuda_probe(true, 0, "", true).why_not, Catch::Contains("found 0"));
+}
+
+TEST_CASE("device: on this machine, no CUDA message unless a GPU driver is there, and none for --device cpu") {
+  const GpuProbe cpu = probe_gpu_for(Device::cpu);
+  CHECK_FALSE(cpu.usable);
+  CHECK(cpu.why_not == "--device cpu");
+  const GpuProbe p = probe_gpu();
+  if (p.usable || nvidia_driver_present()) return;  // a GPU machine: its CUDA words may matter
+  CHECK_THAT(p.why_not, !Catch::Contains("cuda", Catch::CaseSensitive::No));
+  unsetenv("WORLD_SIZE");
+  unsetenv("SAKER_WORLD_SIZE");
+  unsetenv("SLURM_STEP_NUM_TASKS");
+  unsetenv("SLURM_NTASKS");
+  for (Device d : {Device::automatic, Device::cpu}) {
+    const ReducerChoice c = make_reducer(d);
+    CHECK_THAT(c.line, !Catch::Contains("cuda", Catch::CaseSensitive::No));
+  }
+}
