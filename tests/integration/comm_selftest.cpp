@@ -92,8 +92,9 @@ int main() {
     Handle h = c->enqueue_allreduce("grad", &a, 1, DataType::f32);
     h.wait();
     bool ok = v.back() == n * (n + 1) / 2.0 && w[6] == n - 1 && std::string(msg) == "from-last" && a == n;
-    std::printf("comm-selftest %s rank %d of %d local %d/%d nodes %d transport %s\n", ok ? "ok" : "WRONG", c->rank(), n,
-                c->local_rank(), c->local_size(), c->node_count(), name_of(c->transport()));
+    std::printf("comm-selftest %s rank %d of %d local %d/%d nodes %d transport %s transit %s\n", ok ? "ok" : "WRONG",
+                c->rank(), n, c->local_rank(), c->local_size(), c->node_count(), name_of(c->transport()),
+                name_of(c->options().transit));
     return ok ? 0 : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "comm-selftest error: %s\n", e.what());
