@@ -12,6 +12,9 @@ namespace {
 std::string refusal_meaning(int code) {
   switch (code) {
     case 2: return "means a bad command line (usage error)";
+    case kUnusableInputExitCode:
+      return "means an input or the environment is not usable (e.g. a data file that does not exist or is not "
+             "what the program reads)";
     case 126: return "means the program cannot be executed (not executable)";
     case 127: return "means the program cannot be executed (not found)";
     case 79: return "means every checkpoint in the checkpoint directory is damaged (the program names each file and why; resume from a good copy, or start over with --allow-fresh-start)";
@@ -22,7 +25,7 @@ std::string refusal_meaning(int code) {
 }  // namespace
 
 bool is_refusal_exit_code(int code) {
-  return code == 2 || code == kRefusedExitCode || code == kAllDamagedExitCode || code == 126 || code == 127;
+  return code == 2 || code == kUnusableInputExitCode || code == kRefusedExitCode || code == kAllDamagedExitCode || code == 126 || code == 127;
 }
 
 Decision decide(const Policy& policy, const Attempt& last, int restarts_done) {

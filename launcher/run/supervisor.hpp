@@ -18,8 +18,13 @@ inline constexpr int kRefusedExitCode = 78;
 // Exit code saker-train uses when every checkpoint is damaged (it names each): a restart
 // would find the same files, so a person must look (or pass --allow-fresh-start).
 inline constexpr int kAllDamagedExitCode = 79;
-// Exit codes no restart can change (see saker(7)): 2 bad command line (usage), 78 refused
-// settings, 79 every checkpoint damaged, 126 not executable, 127 not found. A rank that exits with one of them is not
+// Exit code a rank uses to say "an input or the environment is not usable" (saker(7)), e.g.
+// saker-train when its --data file does not exist or is not HDF5: every restart would find
+// the same file.
+inline constexpr int kUnusableInputExitCode = 3;
+// Exit codes no restart can change (see saker(7)): 2 bad command line (usage), 3 an input
+// that is not usable, 78 refused settings, 79 every checkpoint damaged, 126 not executable,
+// 127 not found. A rank that exits with one of them is not
 // restarted, and saker-run exits with the same code (126 as 127).
 bool is_refusal_exit_code(int code);
 

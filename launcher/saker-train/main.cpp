@@ -28,7 +28,7 @@ using namespace saker::train;
 
 namespace {
 
-constexpr int kExitOk = 0, kExitError = 1, kExitUsage = 2, kExitPreempted = 75, kExitRefused = 78, kExitAllDamaged = 79;
+constexpr int kExitOk = 0, kExitError = 1, kExitUsage = 2, kExitUnusable = 3, kExitPreempted = 75, kExitRefused = 78, kExitAllDamaged = 79;
 
 std::atomic<int> g_stop{0};
 void on_preempt(int) { g_stop.store(1); }
@@ -41,6 +41,7 @@ std::string env_or(const char* name, const std::string& fallback) {
 const char* kMakeDataExitCodes = "Exit codes (saker(7)): 0 written, 1 error (message on stderr), 2 usage error.\n";
 const char* kExitCodes =
     "Exit codes (saker(7)): 0 done, 1 error (message on stderr), 2 usage error,\n"
+    "3 the --data file is not usable (does not exist, not readable, not HDF5, no X/y; saker-run does not retry it),\n"
     "75 stopped by SIGTERM/SIGUSR1 after an emergency checkpoint (requeue to resume),\n"
     "78 refused, and retrying will not help: a checkpoint refused by the site policy (--policy: wrong\n"
     "zone or no key), or --device gpu where a rank cannot allreduce with NCCL on a GPU,\n"
@@ -194,6 +195,9 @@ int main(int argc, char** argv) {
   } catch (const AllDamaged& e) {
     saker::log::error(std::string("saker-train: ") + e.what());
     return kExitAllDamaged;
+  } catch (const InputUnusable& e) {
+    saker::log::error(std::string("saker-train: ") + e.what());
+    return kExitUnusable;
   } catch (const DeviceRefused& e) {
     saker::log::error(std::string("saker-train: ") + e.what());
     return kExitRefused;

@@ -1,6 +1,11 @@
 #include "launcher/train/dataset.hpp"
 
 #include <hdf5.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <cstdio>
 #include <filesystem>
@@ -23,6 +28,33 @@ void quiet_hdf5() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
 
 Error h5_error(const std::string& path, const std::string& what, const std::string& fix) {
   return Error(explain("HDF5 file " + path + ": " + what, "the HDF5 library reported an error", fix));
+}
+
+InputUnusable unusable(const std::string& path, const std::string& why, const std::string& fix) {
+  return InputUnusable(explain("cannot use the data file " + path, why, fix));
+}
+
+// Why `path` cannot be the data file, in words, before HDF5 is asked (its own error says
+// only "reported an error"): missing, a directory, not readable, not HDF5.
+void check_data_file(const std::string& path) {
+  const std::string make = "create it with `saker-train make-data --out " + path + "`, or pass the right --data";
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    if (err == ENOENT || err == ENOTDIR) throw unusable(path, "it does not exist", make);
+    if (err == EACCES) throw unusable(path, "it is not readable: " + std::string(std::strerror(err)),
+                                      "check the permissions of the file and its directories");
+    throw unusable(path, std::strerror(err), "check the path");
+  }
+  if (S_ISDIR(st.st_mode)) throw unusable(path, "it is a directory, not a file", "pass the HDF5 file inside it as --data");
+  if (::access(path.c_str(), R_OK) != 0) {
+    throw unusable(path, "it is not readable: " + std::string(std::strerror(errno)),
+                   "check the permissions of the file and its directories (chmod u+r)");
+  }
+  if (H5Fis_hdf5(path.c_str()) <= 0) {
+    throw unusable(path, "it is not an HDF5 file", "pass an HDF5 file with datasets X and y (saker-train make-data "
+                                                   "writes one)");
+  }
 }
 
 }  // namespace
@@ -80,12 +112,15 @@ void write_dataset(const Dataset& d, const std::string& path) {
 
 Dataset read_dataset(const std::string& path) {
   quiet_hdf5();
+  check_data_file(path);
   H5 file{H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose};
   if (file.id < 0) throw h5_error(path, "cannot open", "create it with `saker-train make-data --out " + path + "`");
   Dataset d;
   H5 xset{H5Dopen2(file.id, "X", H5P_DEFAULT), H5Dclose};
   H5 yset{H5Dopen2(file.id, "y", H5P_DEFAULT), H5Dclose};
-  if (xset.id < 0 || yset.id < 0) throw h5_error(path, "no datasets X and y", "write X (rows x features) and y (rows)");
+  if (xset.id < 0 || yset.id < 0) {
+    throw unusable(path, "it has no datasets X and y", "write X (rows x features) and y (rows), e.g. with saker-train make-data");
+  }
   H5 xspace{H5Dget_space(xset.id), H5Sclose};
   H5 yspace{H5Dget_space(yset.id), H5Sclose};
   hsize_t xdims[2] = {0, 0}, ydims[1] = {0};

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "common/error.hpp"
+
 namespace saker::train {
 
 struct Dataset {
@@ -37,5 +39,14 @@ void write_dataset(const Dataset& data, const std::string& path);
 // Throws saker::Error naming the file and the dataset when it is missing or malformed
 // (wrong rank, labels outside [0, classes)).
 Dataset read_dataset(const std::string& path);
+
+// The data file cannot be used as it is: it does not exist, cannot be read, is not an
+// HDF5 file, or lacks X/y in the right shape. The message names the file and which;
+// saker-train exits 3 on it (saker(7): an input is not usable), which saker-run does not
+// retry: every restart would find the same file.
+class InputUnusable : public Error {
+ public:
+  using Error::Error;
+};
 
 }  // namespace saker::train

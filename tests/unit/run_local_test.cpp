@@ -35,11 +35,21 @@ TEST_CASE("a failing rank is restarted, with the attempt number exported") {
   TempDir t;
   // Rank 1 fails in the first attempt only.
   RunOptions o = local(2, "echo $SAKER_RUN_ATTEMPT >> " + t.path.string() +
-                              "/attempts$RANK; [ $RANK = 1 ] && [ $SAKER_RUN_ATTEMPT = 1 ] && exit 3; exit 0");
+                              "/attempts$RANK; [ $RANK = 1 ] && [ $SAKER_RUN_ATTEMPT = 1 ] && exit 9; exit 0");
   o.ckpt_dir = (t.path / "ckpt").string();
   CHECK(run_supervised(o, "unused") == kExitOk);
   CHECK(t.read("attempts1") == "1\n2\n");
   CHECK(fs::is_directory(o.ckpt_dir));
+}
+
+// Issue 31, item 3: a rank that exits 3 (saker(7): an input is not usable, e.g. saker-train
+// --data nosuch.h5) fails every attempt alike; the old saker-run spent all its restarts on it.
+TEST_CASE("a rank exiting 3 (an unusable input) is not restarted, and saker-run exits 3") {
+  TempDir t;
+  RunOptions o = local(2, "echo $SAKER_RUN_ATTEMPT >> " + t.path.string() + "/attempts$RANK; [ $RANK = 0 ] && exit 3; sleep 30");
+  o.max_restarts = 3;
+  CHECK(run_supervised(o, "unused") == 3);
+  CHECK(t.read("attempts0") == "1\n");
 }
 
 TEST_CASE("kill-on-bad-exit: a failing rank stops the others, and restarts run out") {
@@ -70,7 +80,7 @@ TEST_CASE("every rank of an attempt gets the same fresh job key, and the next at
   // Each rank records the key it was given; rank 0 fails attempt 1 once rank 1 has written.
   RunOptions o = local(2, "cd " + t.path.string() + " && echo \"$SAKER_JOB_KEY\" > key$RANK.$SAKER_RUN_ATTEMPT; "
                           "if [ $SAKER_RUN_ATTEMPT = 1 ] && [ $RANK = 0 ]; then "
-                          "while [ ! -s key1.1 ]; do sleep 0.05; done; exit 3; fi");
+                          "while [ ! -s key1.1 ]; do sleep 0.05; done; exit 9; fi");
   o.max_restarts = 1;
   CHECK(run_supervised(o, "unused") == kExitOk);
   const std::string first = t.read("key0.1");

@@ -51,15 +51,15 @@ std::string error_of(const std::function<void()>& f) {
 
 TEST_CASE("a preempt marker that is another user's file, or a symlink, is no emergency checkpoint") {
   TempDir t;
-  // The ranks fail (exit 3). A marker counted as "emergency checkpoint committed" would
+  // The ranks fail (exit 9). A marker counted as "emergency checkpoint committed" would
   // turn the failure into a preemption (exit 75) and skip the restart policy.
   for (const std::string plant : {"touch \"$m\" && chown 65534 \"$m\"", "ln -s /etc/hostname \"$m\""}) {
-    RunOptions o = local(1, "m=\"$SAKER_PREEMPT_MARKER\"; " + plant + "; exit 3");
+    RunOptions o = local(1, "m=\"$SAKER_PREEMPT_MARKER\"; " + plant + "; exit 9");
     o.ckpt_dir = (t.path / "ckpt").string();
     CHECK(run_supervised(o, "unused") == kExitStepFailed);
   }
   // The rank's own marker still counts.
-  RunOptions own = local(1, "echo 7 > \"$SAKER_PREEMPT_MARKER\"; exit 3");
+  RunOptions own = local(1, "echo 7 > \"$SAKER_PREEMPT_MARKER\"; exit 9");
   own.ckpt_dir = (t.path / "ckpt").string();
   CHECK(run_supervised(own, "unused") == kExitPreempted);
 }
@@ -69,7 +69,7 @@ TEST_CASE("heartbeats and the preempt marker live in a fresh private directory f
   // Each attempt records where its runtime directory is, its mode and owner; attempt 1 fails.
   RunOptions o = local(1, "d=$(dirname \"$SAKER_PREEMPT_MARKER\"); [ \"$d\" = \"$SAKER_HEARTBEAT_DIR\" ] && "
                           "echo \"$d $(stat -c %a:%u \"$d\")\" >> " + (t.path / "dirs").string() +
-                          "; [ $SAKER_RUN_ATTEMPT = 1 ] && exit 3; exit 0");
+                          "; [ $SAKER_RUN_ATTEMPT = 1 ] && exit 9; exit 0");
   o.ckpt_dir = (t.path / "ckpt").string();
   o.max_restarts = 1;
   CHECK(run_supervised(o, "unused") == kExitOk);

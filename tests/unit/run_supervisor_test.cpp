@@ -46,6 +46,7 @@ TEST_CASE("usage errors and programs that cannot execute are refusals too") {
   CHECK(is_refusal_exit_code(126));
   CHECK(is_refusal_exit_code(127));
   CHECK_FALSE(is_refusal_exit_code(1));
+  CHECK_FALSE(is_refusal_exit_code(4));
   CHECK_FALSE(is_refusal_exit_code(75));
   Attempt a = attempt(1, Outcome::failed, "rank 0 exited with code 127");
   a.refused = true;
@@ -93,4 +94,17 @@ TEST_CASE("the summary lists every attempt and the result") {
   CHECK(s.find("attempt 1: failed after 1.5 s (rank 1 exited with code 1)") != std::string::npos);
   CHECK(s.find("attempt 2: success") != std::string::npos);
   CHECK(s.find("result: the step completed") != std::string::npos);
+}
+
+// Issue 31, item 3: saker(7) gives 3 to an input that is not usable (saker-train --data
+// nosuch.h5); every restart would find the same file, so saker-run stops and says why.
+TEST_CASE("a rank's exit 3 (an unusable input) is final: not restarted, and the reason says so") {
+  CHECK(is_refusal_exit_code(3));
+  Attempt a = attempt(1, Outcome::failed, "rank 0 exited with code 3");
+  a.refused = true;
+  a.refused_code = 3;
+  const Decision d = decide(Policy{3, true}, a, 0);
+  CHECK(d.action == Action::give_up);
+  CHECK_THAT(d.reason, Catch::Contains("exit code 3") && Catch::Contains("not usable") &&
+                           Catch::Contains("not restarting"));
 }

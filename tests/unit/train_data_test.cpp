@@ -1,9 +1,11 @@
 #include <catch2/catch.hpp>
 
+#include <hdf5.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <set>
 
 #include "common/error.hpp"
@@ -64,4 +66,40 @@ TEST_CASE("a restored cursor resumes the exact sequence of batches, across epoch
   CHECK_THROWS_AS(Cursor::restore(std::vector<std::byte>(3)), saker::Error);
   CHECK_THROWS_AS(Loader(50, 1, 0, 2, 1), saker::Error);
   CHECK_THROWS_AS(Loader(50, 51, 0, 1, 1), saker::Error);
+}
+
+// Issue 31, item 3: a --data file that cannot work says which file and why (the old message was
+// "cannot open: the HDF5 library reported an error" for all of these), and is its own error
+// type, on which saker-train exits 3 (saker(7): an input is not usable) and saker-run stops.
+TEST_CASE("an unusable data file is named with the reason: missing, a directory, not HDF5, no X/y, unreadable") {
+  char tmpl[] = "/tmp/saker-train-data-XXXXXX";
+  const std::filesystem::path dir = ::mkdtemp(tmpl);
+  const std::string missing = (dir / "nosuch.h5").string();
+  CHECK_THROWS_AS(read_dataset(missing), InputUnusable);
+  CHECK_THROWS_WITH(read_dataset(missing), Catch::Contains(missing) && Catch::Contains("does not exist") &&
+                                               Catch::Contains("saker-train make-data"));
+  CHECK_THROWS_WITH(read_dataset((dir / "nodir" / "x.h5").string()), Catch::Contains("does not exist"));
+  CHECK_THROWS_AS(read_dataset(dir.string()), InputUnusable);
+  CHECK_THROWS_WITH(read_dataset(dir.string()), Catch::Contains("is a directory"));
+  const std::string text = (dir / "notes.txt").string();
+  { std::ofstream(text) << "not hdf5\n"; }
+  CHECK_THROWS_AS(read_dataset(text), InputUnusable);
+  CHECK_THROWS_WITH(read_dataset(text), Catch::Contains(text) && Catch::Contains("not an HDF5 file"));
+  const std::string empty = (dir / "empty.h5").string();
+  H5Fclose(H5Fcreate(empty.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));  // HDF5, without X and y
+  CHECK_THROWS_AS(read_dataset(empty), InputUnusable);
+  CHECK_THROWS_WITH(read_dataset(empty), Catch::Contains(empty) && Catch::Contains("no datasets X and y"));
+  {
+    SyntheticSpec spec;
+    spec.rows = 4;
+    spec.features = 2;
+    write_dataset(make_synthetic(spec), (dir / "good.h5").string());
+  }
+  CHECK_NOTHROW(read_dataset((dir / "good.h5").string()));
+  if (::geteuid() != 0) {  // root reads whatever the mode says
+    std::filesystem::permissions(dir / "good.h5", std::filesystem::perms::none);
+    CHECK_THROWS_AS(read_dataset((dir / "good.h5").string()), InputUnusable);
+    CHECK_THROWS_WITH(read_dataset((dir / "good.h5").string()), Catch::Contains("not readable"));
+  }
+  std::filesystem::remove_all(dir);
 }
