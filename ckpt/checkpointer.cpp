@@ -1,8 +1,13 @@
 // Checkpointer: validation, the residency guard, synchronous and asynchronous saves, the
 // sharded commit protocol, and load with fallback.
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <climits>
+#include <typeinfo>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -79,6 +84,78 @@ std::string default_run_id(const fs::path& dir, const Options& options) {
   return "dir-" + hash::xxh3_128(text.data(), text.size()).hex().substr(0, 16);
 }
 
+// The checkpoint directory, opened once per save (issue 30: a symlink flipped between the
+// residency check and the write once got a temporary file written in another zone).
+// Following symlinks here is deliberate: a checkpoint directory may legitimately be a
+// symlink, and it is judged by the directory the descriptor refers to (`real`, read back
+// from /proc/self/fd/N), never by the name. Every file of the save is then created, written,
+// sealed, renamed and fsync'ed through `via` = "/proc/self/fd/N": the kernel resolves that
+// magic link to the open directory itself, so nothing anybody renames or relinks afterwards
+// changes where the bytes go. (A path, not openat(), because HDF5 1.x has no "create at this
+// dirfd" call: its sec2 driver opens by name, and the core driver would hold the whole file in
+// memory; a /proc/self/fd/N/NAME path works for HDF5, for our own open/rename/fsync, and
+// for the async writer thread, which shares the descriptor table.)
+struct PinnedDir {
+  int fd = -1;
+  fs::path real;  // where the descriptor leads: what the residency rule judges
+  fs::path via;   // "/proc/self/fd/N": paths under it resolve through the descriptor
+  PinnedDir() = default;
+  PinnedDir(const PinnedDir&) = delete;
+  PinnedDir& operator=(const PinnedDir&) = delete;
+  ~PinnedDir() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+fs::path fd_target(const fs::path& via) {
+  char buf[PATH_MAX + 1];
+  const ssize_t n = ::readlink(via.c_str(), buf, PATH_MAX);
+  if (n <= 0 || buf[0] != '/') return {};
+  return fs::path(std::string(buf, static_cast<std::size_t>(n)));
+}
+
+std::shared_ptr<PinnedDir> pin_directory(const fs::path& dir) {
+  auto p = std::make_shared<PinnedDir>();
+  p->fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (p->fd < 0)
+    throw Error(explain("cannot open checkpoint directory " + dir.string(), std::strerror(errno),
+                        "check the path and permissions"));
+  p->via = "/proc/self/fd/" + std::to_string(p->fd);
+  p->real = fd_target(p->via);
+  struct stat by_fd{}, by_via{};
+  if (p->real.empty() || ::fstat(p->fd, &by_fd) != 0 || ::stat(p->via.c_str(), &by_via) != 0 ||
+      by_fd.st_dev != by_via.st_dev || by_fd.st_ino != by_via.st_ino)
+    throw Error(explain("cannot tell where checkpoint directory " + dir.string() + " leads",
+                        "/proc/self/fd does not name the opened directory", "mount /proc (saves need it)"));
+  return p;
+}
+
+// After the guard judged `p.real`: the name must still lead to the descriptor's directory,
+// or the guard judged some other directory than the one written to (fail closed).
+void confirm_pinned(const PinnedDir& p, const fs::path& dir) {
+  struct stat by_fd{}, by_name{};
+  if (::fstat(p.fd, &by_fd) != 0 || ::stat(p.real.c_str(), &by_name) != 0 || by_fd.st_dev != by_name.st_dev ||
+      by_fd.st_ino != by_name.st_ino || fd_target(p.via) != p.real)
+    throw DestinationRefused(explain("saker-ckpt: refusing to save to " + dir.string(),
+                                     "the directory moved while its residency was being checked (" + p.real.string() +
+                                         " no longer leads to it)",
+                                     "keep the checkpoint directory and its parents writable by the job's owner only"));
+}
+
+// Errors name the directory the user gave, not /proc/self/fd/N.
+[[noreturn]] void rethrow_named(const PinnedDir& p, const fs::path& shown) {
+  try {
+    throw;
+  } catch (const Error& e) {
+    if (typeid(e) != typeid(Error)) throw;
+    std::string what = e.what();
+    const std::string from = p.via.string(), to = shown.string();
+    for (std::size_t at = what.find(from); at != std::string::npos; at = what.find(from, at + to.size()))
+      what.replace(at, from.size(), to);
+    throw Error(what);
+  }
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- async jobs
@@ -119,7 +196,8 @@ struct Checkpointer::Impl {
   State snapshot;
   std::vector<std::string> rejected;  // by the last load_latest
 
-  SaveReport write(const fs::path& dir, const Options& options, const State& st);
+  // Writes through `dir` (a pinned directory's /proc/self/fd/N); `shown` names it in reports.
+  SaveReport write(const fs::path& dir, const fs::path& shown, const Options& options, const State& st);
   void wait_for_shards(const fs::path& dir, const Options& options, const State& st);
   void join() {
     if (writer.joinable()) writer.join();
@@ -164,10 +242,10 @@ void Checkpointer::Impl::wait_for_shards(const fs::path& dir, const Options& opt
   }
 }
 
-SaveReport Checkpointer::Impl::write(const fs::path& dir, const Options& options, const State& st) {
+SaveReport Checkpointer::Impl::write(const fs::path& dir, const fs::path& shown, const Options& options, const State& st) {
   const auto t0 = Clock::now();
   format::FileMeta meta;
-  meta.run_id = st.run_id.empty() ? default_run_id(dir, options) : st.run_id;
+  meta.run_id = st.run_id.empty() ? default_run_id(shown, options) : st.run_id;
   meta.step = st.step;
   meta.epoch = st.epoch;
   meta.world_size = st.world_size;
@@ -192,7 +270,7 @@ SaveReport Checkpointer::Impl::write(const fs::path& dir, const Options& options
   const fs::path temp = commit::temp_path_for(final_path);
   SaveReport report;
   report.step = st.step;
-  report.file = final_path;
+  report.file = shown / final_path.filename();
   bool ok = false;
   manifest::Manifest m;
   try {
@@ -275,15 +353,37 @@ void check_destination(const DestinationGuard& guard, const fs::path& dir, const
 }
 
 void Checkpointer::check_destination(const State& state) const {
-  if (options_.guard) ckpt::check_destination(*options_.guard, dir_, state.lineage, impl_->key.has_value(), state.step);
+  if (!options_.guard) return;
+  const auto pinned = pin_directory(dir_);
+  ckpt::check_destination(*options_.guard, pinned->real, state.lineage, impl_->key.has_value(), state.step);
+  confirm_pinned(*pinned, dir_);
 }
+
+namespace {
+
+// Opens the directory once and judges that directory (see PinnedDir).
+std::shared_ptr<PinnedDir> pin_and_check(const fs::path& dir, const Options& options, const State& state, bool encrypted) {
+  auto pinned = pin_directory(dir);
+  if (options.guard) {
+    ckpt::check_destination(*options.guard, pinned->real, state.lineage, encrypted, state.step);
+    confirm_pinned(*pinned, dir);
+  }
+  return pinned;
+}
+
+}  // namespace
 
 SaveReport Checkpointer::save(const State& state) {
   const auto t0 = Clock::now();
   validate(state);
-  check_destination(state);
+  const auto pinned = pin_and_check(dir_, options_, state, impl_->key.has_value());
   wait();
-  SaveReport report = impl_->write(dir_, options_, state);
+  SaveReport report;
+  try {
+    report = impl_->write(pinned->via, dir_, options_, state);
+  } catch (...) {
+    rethrow_named(*pinned, dir_);
+  }
   report.stall_s = seconds_since(t0);
   return report;
 }
@@ -291,7 +391,17 @@ SaveReport Checkpointer::save(const State& state) {
 SaveHandle Checkpointer::save_async(const State& state) {
   const auto t0 = Clock::now();
   validate(state);
-  check_destination(state);
+  // A refusal is the caller's at once, as before; a directory that cannot be opened fails
+  // the background write (reported by wait()), as it did when the writer opened files by name.
+  std::shared_ptr<PinnedDir> pinned;
+  std::exception_ptr pin_error;
+  try {
+    pinned = pin_and_check(dir_, options_, state, impl_->key.has_value());
+  } catch (const DestinationRefused&) {
+    throw;
+  } catch (...) {
+    pin_error = std::current_exception();
+  }
   const auto wait_start = Clock::now();
   try {
     wait();
@@ -338,11 +448,16 @@ SaveHandle Checkpointer::save_async(const State& state) {
             std::to_string(static_cast<long long>(waited * 1e3 + 0.5)) + " ms waiting for the previous save, snapshot of " +
             mib(total) + ")");
   impl_->job = job;
-  impl_->writer = std::thread([this, job] {
+  impl_->writer = std::thread([this, job, pinned = std::move(pinned), pin_error] {
     SaveReport report;
     std::exception_ptr error;
     try {
-      report = impl_->write(dir_, options_, impl_->snapshot);
+      if (pin_error) std::rethrow_exception(pin_error);
+      try {
+        report = impl_->write(pinned->via, dir_, options_, impl_->snapshot);
+      } catch (...) {
+        rethrow_named(*pinned, dir_);
+      }
       report.stall_s = job->stall_s;
     } catch (...) {
       error = std::current_exception();

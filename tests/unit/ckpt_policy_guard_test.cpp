@@ -2,6 +2,11 @@
 // site policy (two zones, a storage system mounted in each, a resident restricted dataset
 // whose classification requires encrypted checkpoints), through Checkpointer saves.
 #include <catch2/catch.hpp>
+#include <sys/inotify.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
 
 #include "ckpt/policy_guard.hpp"
 #include "ckpt_test_util.hpp"
@@ -200,4 +205,79 @@ TEST_CASE("verify's warning: a restricted checkpoint others may read is named wi
   }
   ::chmod((pub / "ckpt-000000000031.h5").c_str(), 0644);
   CHECK(exposure_warnings(*site.guard, pub / "ckpt-000000000031.h5").empty());
+}
+
+// Issue 30 §5, the residency race: an attacker flips the checkpoint directory's symlink
+// between an allowed zone (lustre-ae) and a forbidden one (lustre-eu) as fast as it can
+// while saves run. A save may be refused or fail, but no file (not even a temporary) may
+// ever be created under lustre-eu: inotify counts every creation there. The old code
+// judged the path and then wrote through it again, and lost this race.
+TEST_CASE("policy guard: a symlink flipped to another zone during saves never gets a file written there",
+          "[ckpt][policy][race]") {
+  Site site;
+  const std::filesystem::path ae = site.root / "lustre-ae/ckpt", eu = site.root / "lustre-eu/ckpt";
+  std::filesystem::create_directories(ae);
+  std::filesystem::create_directories(eu);
+  const std::filesystem::path link = site.root / "lustre-ae/link";  // the directory the user names
+  REQUIRE(::symlink(ae.c_str(), link.c_str()) == 0);
+  Options o = site.options(true);
+  o.keep_last = 1;
+  Checkpointer ck(link, o);
+
+  const int in = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  REQUIRE(in >= 0);
+  REQUIRE(::inotify_add_watch(in, eu.c_str(), IN_CREATE | IN_MOVED_TO) >= 0);
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> flips{0};
+  std::thread attacker([&] {
+    const std::filesystem::path tmp = site.root / "lustre-ae/.flip";
+    while (!stop.load(std::memory_order_relaxed)) {
+      for (const auto* target : {&eu, &ae}) {
+        ::unlink(tmp.c_str());
+        if (::symlink(target->c_str(), tmp.c_str()) == 0 && ::rename(tmp.c_str(), link.c_str()) == 0) ++flips;
+      }
+    }
+  });
+  constexpr int kAttacks = 400;
+  int saved = 0, refused = 0, failed = 0;
+  std::string last_refusal, last_failure;
+  for (int i = 1; i <= kAttacks; ++i) {
+    State st = resident_state(static_cast<std::uint64_t>(i));
+    // Each save starts only after the attacker flipped the link again (an event, not a
+    // time window), so attacker and saves interleave however the machine schedules them.
+    for (const std::uint64_t f = flips.load(); flips.load() == f;) std::this_thread::yield();
+    try {
+      ck.save(st);
+      ++saved;
+    } catch (const DestinationRefused& e) {
+      ++refused;
+      last_refusal = e.what();
+    } catch (const std::exception& e) {
+      ++failed;
+      last_failure = e.what();
+    }
+  }
+  stop = true;
+  attacker.join();
+  int bypasses = 0;
+  alignas(inotify_event) char buf[64 * 1024];
+  for (;;) {
+    const ssize_t n = ::read(in, buf, sizeof buf);
+    if (n <= 0) break;
+    for (ssize_t at = 0; at < n;) {
+      const auto* ev = reinterpret_cast<const inotify_event*>(buf + at);
+      ++bypasses;
+      UNSCOPED_INFO("written under lustre-eu: " << (ev->len ? ev->name : "?"));
+      at += static_cast<ssize_t>(sizeof(inotify_event) + ev->len);
+    }
+  }
+  ::close(in);
+  INFO(kAttacks << " saves under attack (" << flips.load() << " flips): " << saved << " committed, " << refused
+                << " refused, " << failed << " failed; " << bypasses << " files created under lustre-eu");
+  WARN(kAttacks << " saves under attack (" << flips.load() << " flips): " << saved << " committed, " << refused
+                << " refused, " << failed << " failed; " << bypasses << " files created under lustre-eu\n"
+                << "last refusal: " << last_refusal << "\nlast failure: " << last_failure);
+  CHECK(bypasses == 0);
+  CHECK(std::filesystem::is_empty(eu));
+  CHECK(saved + refused + failed == kAttacks);
 }
