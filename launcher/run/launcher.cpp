@@ -215,7 +215,7 @@ int run_supervised(const RunOptions& o, const std::string& self) {
               "the network can read, inject into or take over them; use it for benchmarks only");
   }
 
-  const Policy policy{o.max_restarts, in_slurm && o.requeue, !o.ckpt_dir.empty()};
+  const Policy policy{o.max_restarts, in_slurm && o.requeue, !o.ckpt_dir.empty(), o.own_checkpoints};
   const std::string run_id = in_slurm ? job_id : "local-" + std::to_string(::getpid());
   const std::string restarts_by_slurm = env_or("SLURM_RESTART_COUNT", "0");
   if (restarts_by_slurm != "0") {

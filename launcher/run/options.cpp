@@ -1,6 +1,7 @@
 #include "launcher/run/options.hpp"
 
 #include <boost/program_options.hpp>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 
@@ -48,6 +49,10 @@ RunOptions parse_run_options(int argc, const char* const* argv, std::string* hel
       ("max-restarts", po::value<int>(&o.max_restarts)->default_value(3),
        "restarts of a failed step before giving up (from the latest checkpoint with --ckpt-dir)")
       ("ckpt-dir", po::value<std::string>(&o.ckpt_dir), "checkpoint directory, exported as SAKER_CKPT_DIR")
+      ("own-checkpoints", po::bool_switch(&o.own_checkpoints),
+       "PROGRAM keeps checkpoints of its own (e.g. a script's own --ckpt-dir) and resumes from them: "
+       "restart messages say so (default: $SAKER_RUN_OWN_CHECKPOINTS=1; without it or --ckpt-dir "
+       "saker-run does not know whether a restart resumes)")
       ("grace", po::value<double>(&o.grace_s)->default_value(60),
        "seconds between SIGTERM (or a forwarded preemption signal) and SIGKILL, for the ranks' "
        "emergency checkpoint (preemption, --timeout, --hang-timeout)")
@@ -92,6 +97,10 @@ RunOptions parse_run_options(int argc, const char* const* argv, std::string* hel
   }
   o.help = vm.count("help") > 0;
   o.requeue = !no_requeue;
+  if (const char* own = std::getenv(kOwnCheckpointsEnv)) {
+    const std::string v = own;
+    if (v == "1" || v == "yes" || v == "true") o.own_checkpoints = true;
+  }
   if (help_text != nullptr) {
     std::ostringstream s;
     s << visible;

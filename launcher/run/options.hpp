@@ -28,10 +28,14 @@ struct RunOptions {
   double hang_timeout_s = 600;  // a rank whose heartbeat is this old is hung; 0 = no hang detection
   int master_port = 0;          // 0 = pick a free one per attempt
   std::string ckpt_dir;
+  bool own_checkpoints = false; // --own-checkpoints or SAKER_RUN_OWN_CHECKPOINTS=1: PROGRAM keeps its own
   std::string transit;          // --transit: auth|encrypt|off; empty = SAKER_COMM_TRANSIT or the default
   std::vector<std::string> srun_args;
   std::vector<std::string> program;
 };
+
+// The environment variable that says what --own-checkpoints says (1, yes or true).
+inline constexpr const char* kOwnCheckpointsEnv = "SAKER_RUN_OWN_CHECKPOINTS";
 
 // Parses argv. `help_text` receives the --help text. Throws saker::Error with a
 // message naming the bad option on a usage error.

@@ -22,6 +22,16 @@ std::string refusal_meaning(int code) {
   }
 }
 
+// What a restart resumes from, as far as saker-run knows.
+std::string restart_resumes(const Policy& policy) {
+  if (policy.has_checkpoints) return " from the latest checkpoint";
+  if (policy.program_checkpoints) {
+    return "; the program keeps its own checkpoints (--own-checkpoints) and resumes from its newest";
+  }
+  return " (saker-run has no --ckpt-dir: whether the program resumes depends on checkpoints of its own; "
+         "--own-checkpoints says it keeps them)";
+}
+
 }  // namespace
 
 bool is_refusal_exit_code(int code) {
@@ -53,8 +63,7 @@ Decision decide(const Policy& policy, const Attempt& last, int restarts_done) {
     return {Action::restart, "attempt " + std::to_string(last.number) + " " + what + ": restart " +
                                  std::to_string(restarts_done + 1) + " of " +
                                  std::to_string(policy.max_restarts) +
-                                 (policy.has_checkpoints ? " from the latest checkpoint"
-                                                         : " from the beginning (no --ckpt-dir, so no checkpoint to resume from)")};
+                                 restart_resumes(policy)};
   }
   return {Action::give_up, "attempt " + std::to_string(last.number) + " " + what + " and all " +
                                std::to_string(policy.max_restarts) + " restarts are spent (--max-restarts)"};

@@ -55,6 +55,10 @@ struct Policy {
   int max_restarts = 3;         // restarts of the step after failures (K)
   bool can_requeue = false;     // inside a Slurm batch job that may be requeued
   bool has_checkpoints = false; // --ckpt-dir given: a restart resumes from the latest checkpoint
+  // --own-checkpoints (or SAKER_RUN_OWN_CHECKPOINTS=1): the program keeps checkpoints of its
+  // own (e.g. a script with its own --ckpt-dir) and resumes from them. Without either,
+  // saker-run cannot know whether a restart resumes, and its message does not guess.
+  bool program_checkpoints = false;
 };
 
 // Decides what to do after `last`, given how many restarts were already spent.

@@ -101,3 +101,17 @@ TEST_CASE("srun gets the attempt's job key in its environment, never on its comm
   CHECK(argv.find(seen) == std::string::npos);
   std::filesystem::remove_all(dir);
 }
+
+// Issue 31, item 2: a program that keeps its own checkpoints says so with --own-checkpoints or
+// SAKER_RUN_OWN_CHECKPOINTS=1 (e.g. exported by the batch script).
+TEST_CASE("--own-checkpoints and SAKER_RUN_OWN_CHECKPOINTS say the program keeps its own checkpoints") {
+  ::unsetenv(kOwnCheckpointsEnv);
+  CHECK_FALSE(parse({"--local", "train"}).own_checkpoints);
+  CHECK(parse({"--local", "--own-checkpoints", "train"}).own_checkpoints);
+  CHECK_FALSE(parse({"--local", "train", "--own-checkpoints"}).own_checkpoints);  // the program's option
+  ::setenv(kOwnCheckpointsEnv, "1", 1);
+  CHECK(parse({"--local", "train"}).own_checkpoints);
+  ::setenv(kOwnCheckpointsEnv, "0", 1);
+  CHECK_FALSE(parse({"--local", "train"}).own_checkpoints);
+  ::unsetenv(kOwnCheckpointsEnv);
+}
