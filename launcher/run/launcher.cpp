@@ -86,7 +86,12 @@ Outcome classify(const StepResult& r, int preempt_signal, bool marker, const std
   if (preempt_signal != 0 || marker || r.all_preempted) {
     *detail = preempt_signal != 0 ? std::string("SIG") + sigabbrev_np(preempt_signal) + " received"
                                   : "ranks took an emergency checkpoint";
-    if (marker) *detail += ", emergency checkpoint committed";
+    if (marker) {
+      *detail += ", emergency checkpoint committed";
+    } else if (preempt_signal != 0 && !r.all_preempted) {
+      // The message announced an emergency checkpoint; say when the ranks reported none.
+      *detail += ", no emergency checkpoint reported (" + (r.detail.empty() ? "the ranks did not exit 75" : r.detail) + ")";
+    }
     return Outcome::preempted;
   }
   *detail = r.detail;
@@ -334,6 +339,8 @@ int run_supervised(const RunOptions& o, const std::string& self) {
       say("removed " + std::to_string(swept) + " shared-memory segment(s) that killed ranks left in /dev/shm");
     const bool marker_seen = run_dir.preempt_marker_set();
     attempt.outcome = classify(step->result(), preempt_signal, marker_seen, stopped_why, &attempt.detail);
+    attempt.interrupted = attempt.outcome == Outcome::preempted && preempt_signal == SIGINT;
+    attempt.checkpointed = attempt.outcome == Outcome::preempted && (marker_seen || step->result().all_preempted);
     attempt.refused = step->result().refused;
     attempt.refused_code = step->result().refused_code;
     attempts.push_back(attempt);

@@ -42,12 +42,18 @@ Decision decide(const Policy& policy, const Attempt& last, int restarts_done) {
   switch (last.outcome) {
     case Outcome::success:
       return {Action::finish, "the step completed"};
-    case Outcome::preempted:
+    case Outcome::preempted: {
+      const std::string word = last.interrupted ? "interrupted" : "preempted";
+      const std::string resume = last.checkpointed ? "from its emergency checkpoint"
+                                                   : "from the checkpoints written before, if any (no emergency "
+                                                     "checkpoint was reported)";
       if (policy.can_requeue) {
-        return {Action::requeue, "preempted (" + last.detail + "): requeueing the job to resume from its checkpoint"};
+        return {Action::requeue, word + " (" + last.detail + "): requeueing the job to resume " + resume};
       }
-      return {Action::give_up, "preempted (" + last.detail + ") outside a requeueable Slurm job: stopping; "
-                               "run again to resume from the checkpoint"};
+      return {Action::give_up, word + " (" + last.detail + ")" +
+                                   (last.interrupted ? "" : " outside a requeueable Slurm job") +
+                                   ": stopping; run again to resume " + resume};
+    }
     case Outcome::failed:
     case Outcome::timed_out:
       break;
@@ -95,7 +101,8 @@ std::string summary(const std::vector<Attempt>& attempts, const Decision& final_
   for (const Attempt& a : attempts) {
     char seconds[32];
     std::snprintf(seconds, sizeof seconds, "%.1f", a.seconds);
-    out << "  attempt " << a.number << ": " << outcome_name(a.outcome) << " after " << seconds << " s";
+    out << "  attempt " << a.number << ": " << (a.interrupted ? "interrupted" : outcome_name(a.outcome)) << " after "
+        << seconds << " s";
     if (!a.detail.empty()) out << " (" << a.detail << ")";
     out << "\n";
   }

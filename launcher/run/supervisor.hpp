@@ -41,6 +41,9 @@ struct Attempt {
   std::string detail;              // "rank exited with code 1", "SIGUSR1 received", ...
   bool refused = false;            // failed with a refusal code (is_refusal_exit_code)
   int refused_code = kRefusedExitCode;  // which one, when refused
+  bool interrupted = false;        // preempted by SIGINT (Ctrl-C): the log says "interrupted"
+  bool checkpointed = false;       // preempted and the ranks reported an emergency checkpoint
+                                   // (SAKER_PREEMPT_MARKER, or every rank exited 75)
   double seconds = 0;              // wall time of the attempt
 };
 

@@ -42,7 +42,7 @@ const char* kMakeDataExitCodes = "Exit codes (saker(7)): 0 written, 1 error (mes
 const char* kExitCodes =
     "Exit codes (saker(7)): 0 done, 1 error (message on stderr), 2 usage error,\n"
     "3 the --data file is not usable (does not exist, not readable, not HDF5, no X/y; saker-run does not retry it),\n"
-    "75 stopped by SIGTERM/SIGUSR1 after an emergency checkpoint (requeue to resume),\n"
+    "75 stopped by SIGTERM/SIGUSR1/SIGINT after an emergency checkpoint (run again or requeue to resume),\n"
     "78 refused, and retrying will not help: a checkpoint refused by the site policy (--policy: wrong\n"
     "zone or no key), or --device gpu where a rank cannot allreduce with NCCL on a GPU,\n"
     "79 every checkpoint in --ckpt-dir is damaged (each named on stderr) and --allow-fresh-start was not given.\n";
@@ -96,7 +96,7 @@ int run_training(const std::vector<std::string>& args) {
                             "                                                     see saker-train make-data --help)\n\n"
                             "Trains an MLP classifier on X/y from an HDF5 file, data-parallel over the ranks\n"
                             "saker-run starts, resuming from the newest checkpoint in --ckpt-dir.\n"
-                            "SIGTERM or SIGUSR1 makes every rank take an emergency checkpoint and exit 75.\n\nOptions");
+                            "SIGTERM, SIGUSR1 or SIGINT (Ctrl-C) makes every rank take an emergency checkpoint and exit 75.\n\nOptions");
   d.add_options()("help,h", "print this help")
       ("data", po::value<std::string>(&data_path)->required(), "HDF5 dataset (saker-train make-data)")
       ("layers", po::value<std::string>(&layers)->default_value(layers), "hidden layer widths, e.g. 64,64")
@@ -137,6 +137,10 @@ int run_training(const std::vector<std::string>& args) {
 
   std::signal(SIGTERM, on_preempt);
   std::signal(SIGUSR1, on_preempt);
+  // Ctrl-C (the terminal's SIGINT reaches every rank of saker-run --local, and saker-run
+  // forwards its own) is a stop like preemption: emergency checkpoint, exit 75. Before,
+  // SIGINT killed the rank and no checkpoint was written, though saker-run announced one.
+  std::signal(SIGINT, on_preempt);
   // First heartbeat now, so saker-run's hang detection also watches loading the data and
   // resuming from a checkpoint (a damaged file must not hang a resume forever); the
   // training loop beats every step.

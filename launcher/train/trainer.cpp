@@ -191,14 +191,14 @@ TrainResult train(const TrainConfig& cfg, const Dataset& data, Reducer& reducer,
     }
     if (buffer[n + 2] > 0.0f) {
       // Every rank saw the same flag in the same allreduce: all save this step.
-      if (leader) std::printf("saker-train: preemption signal: emergency checkpoint at step %llu\n",
+      if (leader) std::printf("saker-train: stop signal (preemption, SIGTERM, SIGUSR1 or SIGINT): emergency checkpoint at step %llu\n",
                               static_cast<unsigned long long>(step));
       if (store == nullptr) throw Error(explain("preemption signal at step " + std::to_string(step),
                                                 "there is no checkpoint directory to save to",
                                                 "pass --ckpt-dir (or saker-run --ckpt-dir)"));
       store->save(take_snapshot(step, loader, model, *opt, rng, record), true);
       if (leader && !cfg.preempt_marker.empty()) write_marker(cfg.preempt_marker, step);
-      if (leader) std::printf("saker-train: emergency checkpoint of step %llu committed; exiting for requeue\n",
+      if (leader) std::printf("saker-train: emergency checkpoint of step %llu committed; exiting 75 (running again, or the requeued job, resumes from it)\n",
                               static_cast<unsigned long long>(step));
       std::fflush(stdout);
       result.preempted = true;

@@ -119,3 +119,19 @@ TEST_CASE("a restart without --ckpt-dir does not claim to start from the beginni
   CHECK_THAT(own, Catch::Contains("restart 1 of 3") && Catch::Contains("keeps its own checkpoints") &&
                       !Catch::Contains("from the beginning"));
 }
+
+// Issue 31, item 4: Ctrl-C is a stop like preemption; the result says "interrupted", and
+// promises a resume from an emergency checkpoint only when the ranks reported one.
+TEST_CASE("an interrupted attempt says so, and whether an emergency checkpoint was reported") {
+  Attempt a = attempt(1, Outcome::preempted, "SIGINT received, emergency checkpoint committed");
+  a.interrupted = true;
+  a.checkpointed = true;
+  Decision d = decide(Policy{3, false}, a, 0);
+  CHECK(d.action == Action::give_up);
+  CHECK_THAT(d.reason, Catch::StartsWith("interrupted (SIGINT received") &&
+                           Catch::Contains("resume from its emergency checkpoint"));
+  a.checkpointed = false;
+  d = decide(Policy{3, false}, a, 0);
+  CHECK_THAT(d.reason, Catch::Contains("no emergency checkpoint was reported") &&
+                           !Catch::Contains("resume from its emergency checkpoint"));
+}
