@@ -31,7 +31,8 @@ assert_contains "$IT_OUT" "run saker-run once from the batch script" "and what t
 out=$(batch killed "$run --max-restarts 1 -- /bin/sh -c 'if [ \$RANK = 1 ]; then kill -9 \$\$; fi; sleep 1'; echo rc=\$?")
 assert_contains "$out" "task 1 (rank 1) on saker2 killed by SIGKILL" "a killed rank is reported by task, rank, node and signal"
 assert_not_contains "$out" "srun exited with code" "not as srun's exit code"
-assert_contains "$out" "no --ckpt-dir, so no checkpoint to resume from" "a restart without --ckpt-dir says it starts from the beginning"
+assert_contains "$out" "saker-run has no --ckpt-dir: whether the program resumes depends on checkpoints of its own" "a restart without --ckpt-dir says saker-run cannot know whether it resumes (issue 31)"
+assert_not_contains "$out" "from the beginning" "and does not claim it starts from the beginning"
 assert_not_contains "$out" "from the latest checkpoint" "and promises no checkpoint"
 assert_contains "$out" "rc=1" "all restarts spent: exit 1"
 
@@ -58,7 +59,7 @@ cat >"$IT_TMP/keys-rank.sh" <<EOF
 echo "\$SAKER_JOB_KEY \$SAKER_COMM_TRANSIT" > $IT_TMP/key.\$SAKER_RUN_ATTEMPT.\$RANK
 if [ "\$SAKER_RUN_ATTEMPT" = 1 ] && [ "\$RANK" = 1 ]; then
   while [ ! -s $IT_TMP/key.1.0 ]; do sleep 0.1; done
-  exit 3
+  exit 9
 fi
 EOF
 chmod 0755 "$IT_TMP/keys-rank.sh"
