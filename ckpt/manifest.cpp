@@ -18,7 +18,21 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr char kMagic[16] = {'s', 'a', 'k', 'e', 'r', '-', 'c', 'k', 'p', 't', '\0', 'v', '2', '\0', '\0', '\0'};
+// "saker-ckpt\0vN\0\0\0": byte 12 is the format version, '3' written, '2' still read.
+constexpr char kMagic[16] = {'s', 'a', 'k', 'e', 'r', '-', 'c', 'k', 'p', 't', '\0', 'v', '3', '\0', '\0', '\0'};
+constexpr std::size_t kVersionByte = 12;
+// Header bytes 48..79: the manifest's GCM tag, its nonce, and 4 unused bytes.
+constexpr std::size_t kSealedFrom = 48, kNonceAt = 64, kUnusedFrom = 76;
+
+// The header checksum (bytes 32..47). Format 3: XXH3-128 of header bytes 48..79 followed by
+// the manifest, so a keyless check sees a changed tag or nonce. Format 2 (every release
+// before): of the manifest alone.
+std::string header_checksum(std::uint64_t version, const unsigned char* head, const std::string& text) {
+  if (version == 2) return hash::xxh3_128(text.data(), text.size()).hex();
+  std::string covered(reinterpret_cast<const char*>(head + kSealedFrom), kHeaderBytes - kSealedFrom);
+  covered += text;
+  return hash::xxh3_128(covered.data(), covered.size()).hex();
+}
 constexpr std::size_t kPiece = std::size_t{1} << 20;
 
 [[noreturn]] void damaged(const std::string& where, const std::string& why) {
@@ -268,7 +282,8 @@ Manifest decode(const std::string& text, const std::string& where) {
     if (lines[i].size() != 2 || lines[i][0] != kHead[i]) damaged(where, std::string("manifest line ") + kHead[i] + " is malformed");
   auto v = [&](std::size_t i) -> const std::string& { return lines[i][1]; };
   m.format_version = number(v(0), where);
-  if (m.format_version != kFormatVersion) damaged(where, "manifest format " + v(0) + " is not " + std::to_string(kFormatVersion));
+  if (m.format_version != kFormatVersion && m.format_version != 2)
+    damaged(where, "manifest format " + v(0) + " is neither " + std::to_string(kFormatVersion) + " nor 2");
   m.run_id = unescape(v(1), where);
   m.step = number(v(2), where);
   m.epoch = number(v(3), where);
@@ -338,15 +353,14 @@ std::string seal(const fs::path& file, Manifest& m, const crypto::Key* key) {
   std::memcpy(block.data(), kMagic, sizeof kMagic);
   put_u64(&block[16], m.user_block);
   put_u64(&block[24], text.size());
-  const hash::Digest128 d = hash::xxh3_128(text.data(), text.size());
-  const std::string dh = d.hex();
-  const auto raw = crypto::from_hex(dh, "manifest checksum");
-  std::copy(raw.begin(), raw.end(), &block[32]);
   if (key != nullptr) {
     const crypto::Sealed mac = crypto::seal(*key, {}, manifest_aad(text));
-    std::copy(mac.tag.begin(), mac.tag.end(), &block[48]);
-    std::copy(mac.nonce.begin(), mac.nonce.end(), &block[64]);
+    std::copy(mac.tag.begin(), mac.tag.end(), &block[kSealedFrom]);
+    std::copy(mac.nonce.begin(), mac.nonce.end(), &block[kNonceAt]);
   }
+  const std::string dh = header_checksum(m.format_version, block.data(), text);
+  const auto raw = crypto::from_hex(dh, "manifest checksum");
+  std::copy(raw.begin(), raw.end(), &block[32]);
   std::memcpy(&block[kHeaderBytes], text.data(), text.size());
   std::size_t put = 0;
   while (put < block.size()) {
@@ -368,8 +382,12 @@ Opened open_checked(const fs::path& file) {
   if (size < kHeaderBytes) damaged(where, "the file is truncated (" + std::to_string(size) + " bytes, shorter than the header)");
   unsigned char head[kHeaderBytes];
   pread_all(f.fd, head, kHeaderBytes, 0, where);
-  if (std::memcmp(head, kMagic, sizeof kMagic) != 0)
-    damaged(where, "no Saker format-2 manifest at the start of the file: not a Saker checkpoint, or a format-1 file "
+  const unsigned char version_char = head[kVersionByte];
+  unsigned char expect[sizeof kMagic];
+  std::memcpy(expect, kMagic, sizeof kMagic);
+  expect[kVersionByte] = version_char;
+  if ((version_char != '3' && version_char != '2') || std::memcmp(head, expect, sizeof kMagic) != 0)
+    damaged(where, "no Saker format-2 or -3 manifest at the start of the file: not a Saker checkpoint, or a format-1 file "
                    "(Saker 0.1.0 and older), which this release refuses");
   const std::uint64_t ub = u64_at(head + 16), len = u64_at(head + 24);
   if (ub < kMinUserBlock || ub > kMaxUserBlock || (ub & (ub - 1)) != 0) damaged(where, "bad user block size in the header");
@@ -378,7 +396,8 @@ Opened open_checked(const fs::path& file) {
   Opened o;
   std::string text(static_cast<std::size_t>(len), '\0');
   pread_all(f.fd, text.data(), text.size(), kHeaderBytes, where);
-  const std::string got = hash::xxh3_128(text.data(), text.size()).hex();
+  const std::uint64_t version = version_char == '3' ? 3 : 2;
+  const std::string got = header_checksum(version, head, text);
   o.manifest_xxh3 = hash::to_hex(head + 32, 16);
   if (got != o.manifest_xxh3) damaged(where, "the manifest's checksum does not match (the manifest was changed or damaged)");
   // The rest of the user block is padding that nobody reads; it must be zeros, so that
@@ -393,10 +412,19 @@ Opened open_checked(const fs::path& file) {
       at += n;
     }
   }
-  std::copy(head + 48, head + 64, o.tag.begin());
-  std::copy(head + 64, head + 76, o.nonce.begin());
+  std::copy(head + kSealedFrom, head + kNonceAt, o.tag.begin());
+  std::copy(head + kNonceAt, head + kUnusedFrom, o.nonce.begin());
   o.manifest = decode(text, where);
   const Manifest& m = o.manifest;
+  if (m.format_version != version)
+    damaged(where, "the header says format " + std::to_string(version) + ", the manifest format " +
+                       std::to_string(m.format_version));
+  // Unused header bytes are zeros (every release wrote zeros there, format 2 included):
+  // bytes 76..79 always, and the tag and nonce of a plaintext checkpoint.
+  const std::size_t zero_from = m.encryption == "none" ? kSealedFrom : kUnusedFrom;
+  if (std::any_of(head + zero_from, head + kHeaderBytes, [](unsigned char c) { return c != 0; }))
+    damaged(where, std::string("header bytes ") + std::to_string(zero_from) + "..79 are not zero" +
+                       (m.encryption == "none" ? " (a plaintext checkpoint has no tag or nonce)" : " (unused bytes)"));
   if (m.user_block != ub) damaged(where, "the manifest and the header disagree on the user block size");
   if (m.file_size != size)
     damaged(where, "the file has " + std::to_string(size) + " bytes, its manifest says " + std::to_string(m.file_size) +

@@ -1,16 +1,18 @@
-// The integrity record of one checkpoint file (format 2, saker-ckpt(5)).
+// The integrity record of one checkpoint file (format 3, saker-ckpt(5); format 2 is read).
 //
 // Why it lives in the HDF5 user block and is read by us, not by HDF5: HDF5 checksums
 // only part of its own metadata (the global heap holding variable-length strings has
 // none), and a flipped byte there made HDF5 crash or spin. So every file starts with a
 // user block that HDF5 skips and we parse ourselves, with bounded reads:
 //
-//   [0, 16)   magic "saker-ckpt\0v2\0\0\0"
+//   [0, 16)   magic "saker-ckpt\0v3\0\0\0" (format 2: "v2")
 //   [16, 24)  user block size U (little endian; a power of two, 4 KiB..64 MiB)
 //   [24, 32)  manifest length L
-//   [32, 48)  XXH3-128 of the manifest bytes
+//   [32, 48)  XXH3-128 of header bytes [48, 80) followed by the manifest bytes (format 2:
+//             of the manifest bytes alone, so a changed tag or nonce passed a keyless check)
 //   [48, 64)  AES-256-GCM tag over the manifest (encrypted checkpoints; else zeros)
-//   [64, 76)  its nonce
+//   [64, 76)  its nonce (else zeros)
+//   [76, 80)  zeros
 //   [80, 80+L) the manifest: text lines, strings percent-escaped
 //
 // The manifest records the run, step, epoch, world size, rank, lineage, config, format,
@@ -33,7 +35,7 @@
 
 namespace saker::ckpt::manifest {
 
-inline constexpr std::uint64_t kFormatVersion = 2;
+inline constexpr std::uint64_t kFormatVersion = 3;  // written; 2 is still read
 inline constexpr std::size_t kHeaderBytes = 80;
 inline constexpr std::uint64_t kMinUserBlock = 4096;
 inline constexpr std::uint64_t kMaxUserBlock = std::uint64_t{64} << 20;

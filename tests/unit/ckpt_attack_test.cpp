@@ -40,7 +40,9 @@ void rewrite_manifest(const std::filesystem::path& file, const std::function<std
   REQUIRE(manifest::kHeaderBytes + text.size() <= u64_at(bytes, 16));
   std::string head = bytes.substr(0, manifest::kHeaderBytes);
   for (int i = 0; i < 8; ++i) head[24 + i] = static_cast<char>(text.size() >> (8 * i));
-  const auto digest = saker::hash::xxh3_128(text.data(), text.size()).hex();
+  // Format 3's header checksum covers header bytes 48..79 and then the manifest.
+  const std::string covered = (head[12] == '3' ? head.substr(48, 32) : std::string()) + text;
+  const auto digest = saker::hash::xxh3_128(covered.data(), covered.size()).hex();
   for (int i = 0; i < 16; ++i) head[32 + i] = static_cast<char>(std::stoi(digest.substr(2 * i, 2), nullptr, 16));
   std::string out = head + text + std::string(len > text.size() ? len - text.size() : 0, '\0');
   out += bytes.substr(out.size());

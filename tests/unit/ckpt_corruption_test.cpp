@@ -5,6 +5,8 @@
 #include <random>
 
 #include "ckpt_test_util.hpp"
+#include "ckpt/crypto.hpp"
+#include "common/hash.hpp"
 
 using namespace saker::ckpt;
 using namespace saker::ckpt::testing;
@@ -125,4 +127,108 @@ TEST_CASE("a missing shard file makes the checkpoint unusable", "[ckpt][corrupti
   REQUIRE(got);
   CHECK(got->state.step == 1);
   CHECK_THAT(got->rejected.at(0), Catch::Contains("shard-00001"));
+}
+
+// Issue 30 §5: header bytes 48..79 (the manifest's GCM tag, its nonce, four unused bytes)
+// were outside the keyless checksum, so verify, ls and prune accepted a flipped tag or
+// nonce that every resume then rejected. Since format 3 the header checksum covers them,
+// and they must be zero where unused (no tag in a plaintext file; bytes 76..79 always).
+namespace {
+
+std::string read_all(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+fs::path write_key(const TempDir& dir) {
+  auto bytes = random_bytes(32, 4242);
+  write_file(dir / "key", std::string(reinterpret_cast<const char*>(bytes.data()), 32), 0600);
+  return dir / "key";
+}
+
+// Turns a file this release wrote into the format-2 header every earlier release wrote:
+// magic "v2", manifest line "saker-ckpt-manifest 2", and the checksum over the manifest
+// alone (bytes 48..79 as they were: an encrypted file's manifest tag, re-made here because
+// the manifest's first line changed, or zeros).
+void to_format_2(const fs::path& file, const fs::path& key_file) {
+  std::string b = read_all(file);
+  std::uint64_t len = 0;
+  for (int i = 7; i >= 0; --i) len = (len << 8) | static_cast<unsigned char>(b[24 + i]);
+  b[12] = '2';
+  const std::string first = "saker-ckpt-manifest 3\n", old_first = "saker-ckpt-manifest 2\n";
+  if (b.compare(80, first.size(), first) == 0) b.replace(80, first.size(), old_first);
+  const std::string text = b.substr(80, len);
+  if (!key_file.empty()) {
+    const crypto::Sealed mac = crypto::seal(crypto::load_key(key_file), {}, "saker-ckpt/2/manifest\n" + text);
+    std::copy(mac.tag.begin(), mac.tag.end(), b.begin() + 48);
+    std::copy(mac.nonce.begin(), mac.nonce.end(), b.begin() + 64);
+  }
+  const std::string d = saker::hash::xxh3_128(text.data(), text.size()).hex();
+  for (int i = 0; i < 16; ++i) b[32 + i] = static_cast<char>(std::stoi(d.substr(2 * i, 2), nullptr, 16));
+  std::ofstream(file, std::ios::binary | std::ios::trunc) << b;
+}
+
+}  // namespace
+
+TEST_CASE("keyless verify rejects any change to header bytes 48..79 (tag, nonce, unused)", "[ckpt][corruption]") {
+  const bool encrypted = GENERATE(false, true);
+  INFO((encrypted ? "encrypted" : "plain"));
+  TempDir dir;
+  Options o;
+  if (encrypted) o.key_file = write_key(dir);
+  Checkpointer ck(dir / "c", o);
+  ck.save(make_state(1, 64));
+  const fs::path file = list_checkpoints(dir / "c").back();
+  REQUIRE(verify(file).ok);
+  int undetected = 0;
+  for (std::uint64_t byte = 48; byte < 80; ++byte) {
+    for (int bit : {0, 7}) {
+      flip_bit(file, byte, bit);
+      const Verdict v = verify(file);  // no key: what saker-ckpt verify, ls and prune judge
+      if (v.ok) {
+        ++undetected;
+        UNSCOPED_INFO("byte " << byte << " bit " << bit << " undetected");
+      } else {
+        CHECK(v.problem.find("damaged") != std::string::npos);
+      }
+      flip_bit(file, byte, bit);
+    }
+  }
+  CHECK(undetected == 0);
+  CHECK(verify(file).ok);
+}
+
+TEST_CASE("format-2 checkpoints (header checksum over the manifest alone) still verify and load", "[ckpt][corruption]") {
+  const bool encrypted = GENERATE(false, true);
+  INFO((encrypted ? "encrypted" : "plain"));
+  TempDir dir;
+  Options o;
+  if (encrypted) o.key_file = write_key(dir);
+  {
+    Checkpointer ck(dir / "c", o);
+    ck.save(make_state(7, 64));
+  }
+  const fs::path file = list_checkpoints(dir / "c").back();
+  to_format_2(file, o.key_file);
+  REQUIRE(read_all(file).substr(0, 16) == std::string("saker-ckpt\0v2\0\0\0", 16));
+  const Verdict v = verify(file, {}, o.key_file);
+  INFO(v.problem);
+  CHECK(v.ok);
+  Checkpointer ck(dir / "c", o);
+  auto got = ck.load_latest();
+  REQUIRE(got);
+  CHECK(got->state.step == 7);
+  // Where earlier releases always wrote zeros, a format-2 file must hold zeros too.
+  flip_bit(file, 77, 0);
+  CHECK_FALSE(verify(file).ok);
+  flip_bit(file, 77, 0);
+  if (!encrypted) {
+    flip_bit(file, 50, 3);  // a "tag" in a plaintext file
+    CHECK_FALSE(verify(file).ok);
+    flip_bit(file, 50, 3);
+  }
+  CHECK(verify(file).ok);
+  // Saves from now on write format 3.
+  ck.save(make_state(8, 64));
+  CHECK(read_all(list_checkpoints(dir / "c").back()).substr(0, 16) == std::string("saker-ckpt\0v3\0\0\0", 16));
 }

@@ -57,7 +57,7 @@ TEST_CASE("root attributes describe the checkpoint", "[ckpt][format]") {
   CHECK(info.step == 42);
   CHECK(info.epoch == 3);
   CHECK(info.world_size == 1);
-  CHECK(info.format_version == 2);
+  CHECK(info.format_version == 3);
   CHECK(info.config == st.config);
   CHECK(format_lineage(info.lineage) == "imagenet@2012,patients@v3");
   CHECK(info.encryption == "none");
