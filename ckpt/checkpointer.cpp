@@ -365,7 +365,17 @@ namespace {
 std::shared_ptr<PinnedDir> pin_and_check(const fs::path& dir, const Options& options, const State& state, bool encrypted) {
   auto pinned = pin_directory(dir);
   if (options.guard) {
-    ckpt::check_destination(*options.guard, pinned->real, state.lineage, encrypted, state.step);
+    try {
+      ckpt::check_destination(*options.guard, pinned->real, state.lineage, encrypted, state.step);
+    } catch (const DestinationRefused& e) {
+      // Name the directory the user gave, and where it led when judged.
+      std::string what = e.what();
+      const std::string judged = " to " + pinned->real.string();
+      const auto at = what.find(judged);
+      if (at != std::string::npos && pinned->real != dir)
+        what.replace(at, judged.size(), " to " + dir.string() + " (which leads to " + pinned->real.string() + ")");
+      throw DestinationRefused(what);
+    }
     confirm_pinned(*pinned, dir);
   }
   return pinned;

@@ -279,5 +279,7 @@ TEST_CASE("policy guard: a symlink flipped to another zone during saves never ge
                 << "last refusal: " << last_refusal << "\nlast failure: " << last_failure);
   CHECK(bypasses == 0);
   CHECK(std::filesystem::is_empty(eu));
+  // A refusal names the directory given and where it led when judged.
+  if (refused > 0) CHECK(last_refusal.find(link.string() + " (which leads to " + eu.string() + ")") != std::string::npos);
   CHECK(saved + refused + failed == kAttacks);
 }
