@@ -220,7 +220,7 @@ int run_supervised(const RunOptions& o, const std::string& self) {
               "the network can read, inject into or take over them; use it for benchmarks only");
   }
 
-  const Policy policy{o.max_restarts, in_slurm && o.requeue, !o.ckpt_dir.empty(), o.own_checkpoints};
+  Policy policy{o.max_restarts, in_slurm && o.requeue, !o.ckpt_dir.empty(), o.own_checkpoints};
   const std::string run_id = in_slurm ? job_id : "local-" + std::to_string(::getpid());
   const std::string restarts_by_slurm = env_or("SLURM_RESTART_COUNT", "0");
   if (restarts_by_slurm != "0") {
@@ -251,6 +251,7 @@ int run_supervised(const RunOptions& o, const std::string& self) {
     refuse_taken_master_port(master_addr, master_port ? master_port->port() : o.master_port);
     env[kAttemptEnv] = std::to_string(attempt.number);
     env[kPreemptMarkerEnv] = run_dir.preempt_marker();
+    env[kCkptNoteEnv] = run_dir.checkpoint_note();
     // A fresh secret for every attempt (never in argv or a log): the ranks authenticate each
     // other with it; srun carries it to them in Slurm's launch request.
     for (auto& [k, v] : job_key_env()) env[k] = v;
@@ -338,6 +339,9 @@ int run_supervised(const RunOptions& o, const std::string& self) {
     if (const int swept = shm_names::sweep_stale(); swept > 0)
       say("removed " + std::to_string(swept) + " shared-memory segment(s) that killed ranks left in /dev/shm");
     const bool marker_seen = run_dir.preempt_marker_set();
+    // A program that keeps its own checkpoints may say where (SAKER_RUN_CKPT_NOTE); the
+    // last directory named holds across attempts that name none.
+    if (std::string named = run_dir.checkpoint_note_dir(); !named.empty()) policy.program_ckpt_dir = std::move(named);
     attempt.outcome = classify(step->result(), preempt_signal, marker_seen, stopped_why, &attempt.detail);
     attempt.interrupted = attempt.outcome == Outcome::preempted && preempt_signal == SIGINT;
     attempt.checkpointed = attempt.outcome == Outcome::preempted && (marker_seen || step->result().all_preempted);

@@ -19,6 +19,10 @@ using Env = std::map<std::string, std::string>;
 inline constexpr const char* kCkptDirEnv = "SAKER_CKPT_DIR";
 inline constexpr const char* kAttemptEnv = "SAKER_RUN_ATTEMPT";
 inline constexpr const char* kPreemptMarkerEnv = "SAKER_PREEMPT_MARKER";
+// A file in the attempt's run directory where a program that keeps its own checkpoints
+// writes their directory (one line), e.g. saker.torch's checkpoint module: saker-run's
+// restart message then says the program resumes from them (issue 31).
+inline constexpr const char* kCkptNoteEnv = "SAKER_RUN_CKPT_NOTE";
 // The attempt's secret, read by Saker's collective library (saker-comm(3)).
 inline constexpr const char* kJobKeyEnv = "SAKER_JOB_KEY";
 inline constexpr const char* kTransitEnv = "SAKER_COMM_TRANSIT";

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "common/error.hpp"
 #include "common/log.hpp"
@@ -133,6 +134,27 @@ bool RunDir::preempt_marker_set() const {
     return false;
   }
   return true;
+}
+
+std::string RunDir::checkpoint_note_dir() const {
+  const std::string note = checkpoint_note();
+  struct stat st {};
+  if (::lstat(note.c_str(), &st) != 0) return "";
+  try {
+    check_private_dir(path_);
+  } catch (const Error& e) {
+    log::error(std::string("saker-run: ignoring the checkpoint note: ") + e.what());
+    return "";
+  }
+  if (!is_own_regular_file(note)) {
+    log::error("saker-run: ignoring the checkpoint note " + note + ": it is " + found_text(st) + ", not a file of this user");
+    return "";
+  }
+  std::ifstream in(note);
+  std::string line;
+  std::getline(in, line);
+  if (line.size() > 4096) line.resize(4096);
+  return line;
 }
 
 }  // namespace saker::run

@@ -54,6 +54,11 @@ class RunDir {
   // user and the directory is still this user's private one. Anything else is logged and
   // counts as no marker (fail closed: the attempt is then judged by its exit codes).
   bool preempt_marker_set() const;
+  // SAKER_RUN_CKPT_NOTE: where a program that keeps its own checkpoints names their directory.
+  std::string checkpoint_note() const { return path_ + "/checkpoints"; }
+  // The directory the note names (its first line), when the note is a regular file of this
+  // user in this private directory; "" otherwise (nothing written, or not to be trusted).
+  std::string checkpoint_note_dir() const;
 
  private:
   std::string path_;

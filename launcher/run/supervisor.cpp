@@ -25,6 +25,10 @@ std::string refusal_meaning(int code) {
 // What a restart resumes from, as far as saker-run knows.
 std::string restart_resumes(const Policy& policy) {
   if (policy.has_checkpoints) return " from the latest checkpoint";
+  if (!policy.program_ckpt_dir.empty()) {
+    return "; the program keeps its own checkpoints (in " + policy.program_ckpt_dir +
+           ", it reported) and resumes from its newest";
+  }
   if (policy.program_checkpoints) {
     return "; the program keeps its own checkpoints (--own-checkpoints) and resumes from its newest";
   }

@@ -62,6 +62,8 @@ struct Policy {
   // own (e.g. a script with its own --ckpt-dir) and resumes from them. Without either,
   // saker-run cannot know whether a restart resumes, and its message does not guess.
   bool program_checkpoints = false;
+  // The directory the program named in SAKER_RUN_CKPT_NOTE ("" when it named none).
+  std::string program_ckpt_dir{};
 };
 
 // Decides what to do after `last`, given how many restarts were already spent.

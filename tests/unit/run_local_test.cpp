@@ -253,3 +253,26 @@ TEST_CASE("SIGINT to saker-run --local gets saker-train's emergency checkpoint a
   }
   CHECK(files > 0);
 }
+
+// Issue 31, item 2, end to end: a rank that writes its checkpoint directory into
+// SAKER_RUN_CKPT_NOTE (as saker.torch's checkpoint module does) gets a restart line naming it.
+TEST_CASE("saker-run --local names the checkpoint directory a program reported, and never says 'from the beginning'") {
+  const std::string run = built("launcher/saker-run/saker-run");
+  if (::access(run.c_str(), X_OK) != 0) {
+    WARN("skipped: " + run + " is not built (run from the build directory or set SAKER_BUILDDIR)");
+    return;
+  }
+  TempDir t;
+  const std::string log = (t.path / "log").string();
+  const std::string script = "[ -n \"$SAKER_RUN_CKPT_NOTE\" ] && echo " + t.path.string() +
+                             "/own > \"$SAKER_RUN_CKPT_NOTE\"; [ $SAKER_RUN_ATTEMPT = 1 ] && exit 9; exit 0";
+  const std::string cmd = "env -u SAKER_RUN_OWN_CHECKPOINTS " + run + " --local -n 1 --max-restarts 1 /bin/sh -c '" +
+                          script + "' >" + log + " 2>&1";
+  const int rc = std::system(cmd.c_str());
+  const std::string out = slurp(log);
+  INFO(out);
+  CHECK(WIFEXITED(rc));
+  CHECK(WEXITSTATUS(rc) == 0);
+  CHECK_THAT(out, Catch::Contains("restart 1 of 1; the program keeps its own checkpoints (in " + t.path.string() + "/own") &&
+                      !Catch::Contains("from the beginning"));
+}

@@ -135,3 +135,11 @@ TEST_CASE("an interrupted attempt says so, and whether an emergency checkpoint w
   CHECK_THAT(d.reason, Catch::Contains("no emergency checkpoint was reported") &&
                            !Catch::Contains("resume from its emergency checkpoint"));
 }
+
+TEST_CASE("a restart names the checkpoint directory the program reported (SAKER_RUN_CKPT_NOTE)") {
+  Policy p{3, false};
+  p.program_ckpt_dir = "/scratch/run1";
+  const std::string r = decide(p, attempt(1, Outcome::failed), 0).reason;
+  CHECK_THAT(r, Catch::Contains("restart 1 of 3") && Catch::Contains("its own checkpoints (in /scratch/run1") &&
+                    !Catch::Contains("from the beginning"));
+}

@@ -68,6 +68,27 @@ def _checkpointer(directory, keep_last, key_file, policy, lineage, mode=None):
     return _checkpointers[key]
 
 
+_noted = set()  # directories already named to saker-run in this process
+
+
+def _note_for_saker_run(directory):
+    """Tell saker-run (SAKER_RUN_CKPT_NOTE, a file in the attempt's private run directory)
+    that this program keeps its own checkpoints in directory, so that its restart message
+    says the program resumes from them. Rank 0 only; best effort: a note that cannot be
+    written changes only what saker-run's log says."""
+    note = os.environ.get("SAKER_RUN_CKPT_NOTE")
+    path = os.path.abspath(directory)
+    if not note or path in _noted or _where()[0] != 0:
+        return
+    _noted.add(path)
+    try:
+        fd = os.open(note, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(path + "\n")
+    except OSError:
+        pass
+
+
 def _flatten(model, optimizer, extra):
     """(named host tensors, picklable rest)."""
     tensors, meta = [], {"extra": extra}
@@ -109,6 +130,7 @@ def save(directory, model=None, optimizer=None, step=0, extra=None, epoch=0, kee
     write_s, committed on rank 0)."""
     host, meta = _flatten(model, optimizer, extra)
     ck = _checkpointer(directory, keep_last, key_file, policy, lineage, mode)
+    _note_for_saker_run(directory)
     return ck.save(step, epoch, _config(meta), _args(host))
 
 
@@ -118,6 +140,7 @@ def save_async(directory, model=None, optimizer=None, step=0, extra=None, epoch=
     waits for it). Returns a handle: wait() gives the report, done() polls."""
     host, meta = _flatten(model, optimizer, extra)
     ck = _checkpointer(directory, keep_last, key_file, policy, lineage, mode)
+    _note_for_saker_run(directory)
     return ck.save_async(step, epoch, _config(meta), _args(host))
 
 
@@ -125,6 +148,7 @@ def load_latest(directory, model=None, optimizer=None, key_file=None, policy=Non
     """Restore the newest checkpoint that verifies into model/optimizer; returns
     {"step", "epoch", "extra", "file"} or None when the directory holds none."""
     ck = _checkpointer(directory, 3, key_file, policy, lineage, mode)
+    _note_for_saker_run(directory)
     r = ck.load_latest()
     if r is None:
         return None
