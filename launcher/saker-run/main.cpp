@@ -25,9 +25,11 @@ int main(int argc, char** argv) {
   }
   if (options.help) {
     std::printf("%s\nExit codes (shared by every Saker tool, see saker(7)): 0 success, 1 step failed after\n"
-                "all restarts, 2 usage error, 3 launch/requeue error (or inside a job step), 75 preempted\n"
-                "(requeued, or stopped with --local), 78 a rank refused its settings, 127 PROGRAM cannot be\n"
-                "executed. Refusals (a rank exiting 2, 78, 126, 127) are never restarted. See saker-run(1).\n",
+                "all restarts, 2 usage error, 3 launch/requeue error (or inside a job step), or a rank's\n"
+                "input is not usable (it exited 3), 75 preempted or interrupted (requeued, or stopped with\n"
+                "--local), 78 a rank refused its settings, 79 every checkpoint is damaged, 127 PROGRAM cannot\n"
+                "be executed. Final codes (a rank exiting 2, 3, 78, 79, 126, 127) are never restarted.\n"
+                "See saker-run(1).\n",
                 help.c_str());
     return kExitOk;
   }
