@@ -5,6 +5,7 @@ exits non-zero. `mismatch` mode submits a parameter name only on rank 0 to provo
 stall report.
 """
 
+import os
 import sys
 
 import torch
@@ -171,9 +172,16 @@ def sync_batch_norm(r, n):
 
 
 def mismatch(r):
-    """Rank 0 submits a parameter the others never do: the stall report must name it."""
+    """Rank 0 submits a parameter the others never do: the stall report must name it, and it
+    must reach the script as Horovod's exception type."""
     handle = hvd.allreduce_async(torch.ones(2), name="layer.only_on_rank0.weight" if r == 0 else "layer.shared.weight")
-    hvd.synchronize(handle)
+    try:
+        hvd.synchronize(handle)
+    except hvd.HorovodInternalError as e:
+        # One write per rank (a line below PIPE_BUF is atomic): both ranks fail at the same
+        # moment, and two tracebacks printed at once interleave character by character.
+        os.write(2, f"rank {r}: {type(e).__module__}.{type(e).__name__}: {e}\n".encode())
+        sys.exit(1)
 
 
 hvd.init()
