@@ -17,6 +17,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/cli.hpp"
 #include "common/error.hpp"
 #include "saker/ckpt.hpp"
 #include "sweep/report.hpp"
@@ -32,199 +33,54 @@ namespace {
 std::ostream* g_out = nullptr;  // run_cli's streams
 std::ostream* g_err = nullptr;
 
-// Exit codes (saker(7)).
-constexpr int kOk = 0, kFailed = 1, kUsage = 2, kUnusable = 3, kConflict = 4, kRefused = 78;
-
-struct Exit {
-  int code;
-  std::string message;
-};
+// Exit codes (saker(7)) and errors that carry them: the shared front end's (common/cli.hpp).
+using cli::kConflict, cli::kFailed, cli::kOk, cli::kRefused, cli::kUnusable, cli::kUsage;
+using Exit = cli::Failure;
+using Args = cli::Args;
 
 // ---- The command line: subcommands and their options ------------------------------------
 
-struct Option {
-  std::string name;   // without "--"
-  std::string value;  // the value's name in help ("" : a switch)
-  std::string help;
-};
+const char* kSweepIs = "SWEEP is a sweep file (saker-sweep.yaml(5)) or the state directory of one (its dir:).\n";
 
-struct Subcommand {
-  std::string name;
-  std::string synopsis;  // after "saker-sweep NAME"
-  std::string what;
-  std::vector<Option> options;
-};
-
-const std::vector<Subcommand>& subcommands() {
-  static const std::vector<Subcommand> all = {
-      {"submit", "SWEEP [--dry-run]",
-       "submit the sweep's unfinished trials as one job array (sbatch); again after scancel: resume, finished "
-       "trials never rerun",
-       {{"dry-run", "", "print the sbatch command instead of running it; write nothing"}}},
-      {"run", "SWEEP [--dry-run]", "run the unfinished trials here, one after another, without Slurm",
-       {{"dry-run", "", "list the trials it would run and their commands; write nothing"}}},
-      {"status", "SWEEP", "trials: parameters, state, rung, steps, metric, checkpoint", {}},
-      {"best", "SWEEP [--command]",
-       "the best trial and the command that reproduces it (read-only: the command makes its own fresh lineage)",
-       {{"command", "", "print only the command that reproduces it"}}},
-      {"report", "SWEEP [--svg FILE] [--metric NAME] [--goal minimize|maximize]",
-       "the table best first, and a metric against step as SVG",
-       {{"svg", "FILE", "where to write the plot (default DIR/report.svg)"},
-        {"metric", "NAME", "the metric to plot, one the trials reported (default: the sweep's)"},
-        {"goal", "minimize|maximize", "which way NAME is better, for the plot's title (default: the sweep's goal "
-                                      "for its metric; not said for another)"}}},
-      {"trial", "DIR", "one task of the job array (the batch script runs it; not for people)", {}},
-  };
-  return all;
+const cli::Tool& tool() {
+  static const cli::Tool t{
+      "saker-sweep",
+      "hyperparameter sweeps as one Slurm job array, one checkpoint lineage per trial",
+      {{"submit", "SWEEP [--dry-run]",
+        "submit the sweep's unfinished trials as one job array (sbatch); again after scancel: resume, finished "
+        "trials never rerun",
+        {{"dry-run", "", "print the sbatch command instead of running it; write nothing"}}, 1, 1, "sweep"},
+       {"run", "SWEEP [--dry-run]", "run the unfinished trials here, one after another, without Slurm",
+        {{"dry-run", "", "list the trials it would run and their commands; write nothing"}}, 1, 1, "sweep"},
+       {"status", "SWEEP", "trials: parameters, state, rung, steps, metric, checkpoint", {}, 1, 1, "sweep"},
+       {"best", "SWEEP [--command]",
+        "the best trial and the command that reproduces it (read-only: the command makes its own fresh lineage)",
+        {{"command", "", "print only the command that reproduces it"}}, 1, 1, "sweep"},
+       {"report", "SWEEP [--svg FILE] [--metric NAME] [--goal minimize|maximize]",
+        "the table best first, and a metric against step as SVG",
+        {{"svg", "FILE", "where to write the plot (default DIR/report.svg)"},
+         {"metric", "NAME", "the metric to plot, one the trials reported (default: the sweep's)"},
+         {"goal", "minimize|maximize", "which way NAME is better, for the plot's title (default: the sweep's goal "
+                                       "for its metric; not said for another)"}},
+        1, 1, "sweep"},
+       {"trial", "DIR", "one task of the job array (the batch script runs it; not for people)", {}, 1, 1,
+        "state directory"}},
+      std::string(kSweepIs) +
+          "\nExit codes (saker(7)): 0 done, 1 failed (a trial failed; best: no trial has a result yet),\n"
+          "2 usage error, 3 the sweep file or directory cannot be read or does not load (FILE:LINE:COLUMN),\n"
+          "or sbatch cannot be run, or trial outside a job array, 4 conflict: the sweep file changed since it\n"
+          "first ran, its state directory or lineages are another sweep's, or its job array still runs,\n"
+          "75 a trial stopped for requeue (trial), or a local run was interrupted (run: running it again\n"
+          "resumes), 78 sbatch refused the job array (the site policy or an sbatch option; its message\n"
+          "is shown).\n"};
+  return t;
 }
 
-const char* kExitCodes =
-    "Exit codes (saker(7)): 0 done, 1 failed (a trial failed; best: no trial has a result yet),\n"
-    "2 usage error, 3 the sweep file or directory cannot be read or does not load (FILE:LINE:COLUMN),\n"
-    "or sbatch cannot be run, or trial outside a job array, 4 conflict: the sweep file changed since it\n"
-    "first ran, its state directory or lineages are another sweep's, or its job array still runs,\n"
-    "75 a trial stopped for requeue (trial), or a local run was interrupted (run: running it again\n"
-    "resumes), 78 sbatch refused the job array (the site policy or an sbatch option; its message\n"
-    "is shown).\n";
-
-std::string usage() {
-  std::string s = "Usage:\n";
-  for (const Subcommand& c : subcommands()) {
-    std::string head = "  saker-sweep " + c.name + " " + c.synopsis;
-    if (head.size() < 42) head.resize(42, ' ');
-    else head += "\n" + std::string(42, ' ');
-    s += head + " " + c.what + "\n";
-  }
-  s += "  saker-sweep COMMAND --help               one command's options\n"
-       "  saker-sweep --help | --version\n"
-       "SWEEP is a sweep file (saker-sweep.yaml(5)) or the state directory of one (its dir:).\n\n";
-  return s + kExitCodes;
-}
-
-std::string usage(const Subcommand& c) {
-  std::string s = "Usage: saker-sweep " + c.name + " " + c.synopsis + "\n  " + c.what + "\n";
-  if (!c.options.empty()) s += "Options:\n";
-  for (const Option& o : c.options) {
-    std::string head = "  --" + o.name + (o.value.empty() ? "" : " " + o.value);
-    if (head.size() < 30) head.resize(30, ' ');
-    s += head + " " + o.help + "\n";
-  }
-  s += "SWEEP is a sweep file (saker-sweep.yaml(5)) or the state directory of one (its dir:).\n";
-  return s;
-}
-
-// Edit distance with transpositions (optimal string alignment).
-std::size_t distance(const std::string& a, const std::string& b) {
-  std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
-  for (std::size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
-  for (std::size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i)
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
-    }
-  return d[a.size()][b.size()];
-}
-
-// The candidate `typed` most probably meant: an abbreviation of it, or one within a few
-// typos ("" when none is close).
-std::string closest(const std::string& typed, const std::vector<std::string>& candidates) {
-  const std::size_t allowed = std::max<std::size_t>(1, std::min<std::size_t>(2, typed.size() / 3));
-  std::string best;
-  std::size_t best_score = allowed + 1;
-  for (const std::string& c : candidates) {
-    const bool abbreviation = typed.size() >= 2 && c.rfind(typed, 0) == 0;
-    const std::size_t score = abbreviation ? 0 : distance(typed, c);
-    if (score < best_score) best = c, best_score = score;
-  }
-  return best;
-}
-
-std::string known_options(const Subcommand& c) {
-  if (c.options.empty()) return "saker-sweep " + c.name + " takes no options";
-  std::string s = "saker-sweep " + c.name + " takes";
-  for (const Option& o : c.options) s += " --" + o.name + (o.value.empty() ? "" : " " + o.value) + ",";
-  s.back() = ';';
-  return s + " see saker-sweep " + c.name + " --help";
-}
-
-struct Args {
-  std::string sweep;
-  std::map<std::string, std::string> values;  // options given, a switch as ""
-  bool help = false;
-  bool has(const std::string& name) const { return values.count(name) != 0; }
-  std::string get(const std::string& name) const { return has(name) ? values.at(name) : ""; }
-};
+// The one SWEEP every command takes (the parser counted it).
+const std::string& sweep_arg(const Args& a) { return a.positional.front(); }
 
 Exit usage_error(const std::string& what, const std::string& why, const std::string& fix) {
   return Exit{kUsage, saker::explain(what, why, fix)};
-}
-
-// Options anywhere (--name VALUE, --name=VALUE), one SWEEP, "--" ends the options.
-Args parse(const Subcommand& c, const std::vector<std::string>& words) {
-  Args a;
-  bool options = true;
-  std::vector<std::string> positional;
-  for (std::size_t i = 0; i < words.size(); ++i) {
-    const std::string& w = words[i];
-    if (options && w == "--") {
-      options = false;
-    } else if (options && (w == "--help" || w == "-h")) {
-      a.help = true;
-    } else if (options && w.size() > 1 && w[0] == '-') {
-      const bool dashes = w.rfind("--", 0) == 0;
-      const std::size_t eq = dashes ? w.find('=') : std::string::npos;
-      const std::string name = w.substr(dashes ? 2 : 1, eq == std::string::npos ? std::string::npos : eq - 2);
-      const auto o = std::find_if(c.options.begin(), c.options.end(), [&](const Option& x) { return x.name == name; });
-      if (o == c.options.end() || !dashes) {
-        std::vector<std::string> own;
-        for (const Option& x : c.options) own.push_back(x.name);
-        std::string guess = closest(name, own), whose;
-        if (guess.empty()) {
-          for (const Subcommand& s : subcommands())
-            for (const Option& x : s.options)
-              if (s.name != c.name && closest(name, {x.name}) == x.name && guess.empty()) guess = x.name, whose = s.name;
-        }
-        const std::string typed = eq == std::string::npos ? w : w.substr(0, eq);
-        throw usage_error("saker-sweep " + c.name + ": unknown option " + typed +
-                              (guess.empty() ? "" : "; did you mean --" + guess + "?" +
-                                                        (whose.empty() ? "" : " (an option of saker-sweep " + whose + ")")),
-                          "", known_options(c));
-      }
-      if (a.has(o->name))
-        throw usage_error("saker-sweep " + c.name + ": --" + o->name + " is given twice", "", "give it once");
-      if (o->value.empty()) {
-        if (eq != std::string::npos)
-          throw usage_error("saker-sweep " + c.name + ": --" + o->name + " takes no value", "it is a switch",
-                            "write --" + o->name + " alone");
-        a.values[o->name] = "";
-      } else if (eq != std::string::npos) {
-        a.values[o->name] = w.substr(eq + 1);
-      } else if (i + 1 < words.size() && words[i + 1].rfind("--", 0) != 0) {  // --svg=--odd for such a value
-        a.values[o->name] = words[++i];
-      } else {
-        throw usage_error("saker-sweep " + c.name + ": --" + o->name + " needs a value", o->value + ": " + o->help,
-                          "saker-sweep " + c.name + " " + c.synopsis);
-      }
-      if (!o->value.empty() && a.values[o->name].empty())
-        throw usage_error("saker-sweep " + c.name + ": --" + o->name + " needs a value, not an empty word",
-                          o->value + ": " + o->help, "saker-sweep " + c.name + " " + c.synopsis);
-    } else {
-      positional.push_back(w);
-    }
-  }
-  if (a.help) return a;
-  const std::string thing = c.name == "trial" ? "state directory" : "sweep";
-  if (positional.empty())
-    throw usage_error("saker-sweep " + c.name + ": no " + thing + " given", "",
-                      "pass the sweep file (saker-sweep.yaml(5)) or its state directory: saker-sweep " + c.name + " " +
-                          c.synopsis);
-  if (positional.size() > 1)
-    throw usage_error("saker-sweep " + c.name + ": one " + thing + " at a time, not " + positional[0] + " and " +
-                          positional[1], "",
-                      "run saker-sweep " + c.name + " once per sweep");
-  a.sweep = positional[0];
-  return a;
 }
 
 // ---- Sweeps and their state directories ---------------------------------------------------
@@ -435,7 +291,7 @@ std::vector<std::size_t> todo_of(const Spec& spec, bool writes) {
 // ---- The subcommands -----------------------------------------------------------------------
 
 int submit(const Args& a) {
-  const std::string& file = a.sweep;
+  const std::string& file = sweep_arg(a);
   const Sweep sw = load(file);
   const Spec& spec = sw.spec;
   if (const std::string job = live_array(spec); !job.empty())
@@ -484,7 +340,7 @@ int submit(const Args& a) {
 }
 
 int run_here(const Args& a) {
-  const Sweep sw = load(a.sweep);
+  const Sweep sw = load(sweep_arg(a));
   const Spec& spec = sw.spec;
   const bool dry_run = a.has("dry-run");
   const std::vector<std::size_t> todo = todo_of(spec, !dry_run);
@@ -508,19 +364,19 @@ int run_here(const Args& a) {
   (*g_out) << "saker-sweep: running " << todo.size() << " of " << spec.trial_count() << " trials of sweep " << spec.name
            << " here, one after another\n";
   const SignalScope signals;  // Ctrl-C: the trial that runs is left interrupted, no other starts
-  const std::string resume = "saker-sweep run " + a.sweep;
+  const std::string resume = "saker-sweep run " + sweep_arg(a);
   int worst = kOk;
   const std::string job = local_job();
   for (std::size_t id : todo) {
     const int rc = run_worker(spec, store, {job + "_" + std::to_string(id), id, run_logged, resume}, *g_out);
     if (rc == kWorkerPreempted) {
-      (*g_out) << "saker-sweep: stopped: " << summary(rows(spec, a.sweep)) << "; " << resume << " goes on from here\n";
+      (*g_out) << "saker-sweep: stopped: " << summary(rows(spec, sweep_arg(a))) << "; " << resume << " goes on from here\n";
       return rc;
     }
     if (rc == kOk) continue;
     worst = kFailed;
     // A metric the program never reports fails every trial the same way: no other starts.
-    const auto rs = rows(spec, a.sweep);
+    const auto rs = rows(spec, sweep_arg(a));
     for (const Row& r : rs) {
       if (r.state.state != State::failed || r.metrics.series.empty() || r.metrics.series.count(spec.metric) != 0)
         continue;
@@ -532,11 +388,11 @@ int run_here(const Args& a) {
                                              " is never reported by its program",
                                          "trial " + std::to_string(r.trial.id) + " reported " + list +
                                              ", and every other trial would fail the same way",
-                                         "set metric: name: in " + a.sweep + " to one of those, then remove " +
+                                         "set metric: name: in " + sweep_arg(a) + " to one of those, then remove " +
                                              spec.dir.string() + " (or give the sweep its own dir:) to start over")};
     }
   }
-  (*g_out) << "saker-sweep: " << summary(rows(spec, a.sweep)) << "\n";
+  (*g_out) << "saker-sweep: " << summary(rows(spec, sweep_arg(a))) << "\n";
   return worst;
 }
 
@@ -547,7 +403,7 @@ int trial(const Args& a) {
     throw Exit{kUnusable, saker::explain("saker-sweep trial is not inside a job array task",
                                          "SLURM_ARRAY_TASK_ID or SLURM_ARRAY_JOB_ID is not set",
                                          "use saker-sweep submit (or saker-sweep run without Slurm)")};
-  const Spec spec = load(a.sweep).spec;
+  const Spec spec = load(sweep_arg(a)).spec;
   const std::string restarts = std::getenv("SLURM_RESTART_COUNT") != nullptr ? std::getenv("SLURM_RESTART_COUNT") : "0";
   (*g_out) << "saker-sweep: sweep " << spec.name << " task " << task << " of array " << array << " (job "
            << (std::getenv("SLURM_JOB_ID") != nullptr ? std::getenv("SLURM_JOB_ID") : "?") << ", restart count "
@@ -563,13 +419,13 @@ int trial(const Args& a) {
 // Read-only: the best trial, and the command that reproduces it in a fresh lineage that
 // the command itself makes (the first DIR/reproduce/trial-ID.K that does not exist).
 int best(const Args& a) {
-  const Spec spec = load(a.sweep).spec;
-  const auto rs = rows(spec, a.sweep);
+  const Spec spec = load(sweep_arg(a)).spec;
+  const auto rs = rows(spec, sweep_arg(a));
   const auto states = states_of(rs);
   const auto b = best_trial(spec, states);
   if (!b)
     throw Exit{kFailed, saker::explain("saker-sweep: no trial of sweep " + spec.name + " has a result yet",
-                                       summary(rs), "run the sweep, then ask again (saker-sweep status " + a.sweep + ")")};
+                                       summary(rs), "run the sweep, then ask again (saker-sweep status " + sweep_arg(a) + ")")};
   const Row& r = rs[*b];
   const auto& [rung, result] = *r.state.results.rbegin();
   fs::path repro;
@@ -595,8 +451,8 @@ int best(const Args& a) {
 }
 
 int report(const Args& a) {
-  const Spec spec = load(a.sweep).spec;
-  const auto rs = rows(spec, a.sweep);
+  const Spec spec = load(sweep_arg(a)).spec;
+  const auto rs = rows(spec, sweep_arg(a));
   const std::string metric = a.has("metric") ? a.get("metric") : spec.metric;
   const std::vector<std::string> known = reported_metrics(rs);
   std::string list;
@@ -628,8 +484,8 @@ int report(const Args& a) {
 }
 
 int status(const Args& a) {
-  const Spec spec = load(a.sweep).spec;
-  const auto rs = rows(spec, a.sweep);
+  const Spec spec = load(sweep_arg(a)).spec;
+  const auto rs = rows(spec, sweep_arg(a));
   (*g_out) << table(spec, rs, by_id(rs.size())) << summary(rs) << "\n";
   for (const Row& r : rs)
     if (r.state.state == State::failed || r.state.state == State::interrupted)
@@ -637,41 +493,12 @@ int status(const Args& a) {
   return kOk;
 }
 
-int dispatch(const std::vector<std::string>& args) {
-  std::vector<std::string> names;
-  for (const Subcommand& c : subcommands()) names.push_back(c.name);
-  std::string list;
-  for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
-  if (args.empty())
-    throw usage_error("saker-sweep: no command given", "", "saker-sweep COMMAND SWEEP, a COMMAND of " + list +
-                                                              " (saker-sweep --help)");
-  const std::string& cmd = args[0];
-  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
-    const auto c = std::find_if(subcommands().begin(), subcommands().end(),
-                                [&](const Subcommand& s) { return args.size() > 1 && s.name == args[1]; });
-    (*g_out) << (c != subcommands().end() ? usage(*c) : usage());
-    return kOk;
-  }
-  const auto c = std::find_if(subcommands().begin(), subcommands().end(), [&](const Subcommand& s) { return s.name == cmd; });
-  if (c == subcommands().end()) {
-    const bool option = cmd.size() > 1 && cmd[0] == '-';
-    const std::string guess = closest(option ? cmd.substr(cmd.rfind("--", 0) == 0 ? 2 : 1) : cmd,
-                                      option ? std::vector<std::string>{"help", "version"} : names);
-    throw usage_error("saker-sweep: unknown " + std::string(option ? "option " : "command '") + cmd + (option ? "" : "'") +
-                          (guess.empty() ? "" : "; did you mean " + (option ? "--" + guess : "'" + guess + "'") + "?"),
-                      "", option ? "saker-sweep --help, saker-sweep --version, or saker-sweep COMMAND SWEEP with a COMMAND of " + list
-                                 : "saker-sweep COMMAND SWEEP, a COMMAND of " + list + " (saker-sweep --help)");
-  }
-  const Args a = parse(*c, std::vector<std::string>(args.begin() + 1, args.end()));
-  if (a.help) {
-    (*g_out) << usage(*c);
-    return kOk;
-  }
-  if (cmd == "submit") return submit(a);
-  if (cmd == "run") return run_here(a);
-  if (cmd == "trial") return trial(a);
-  if (cmd == "best") return best(a);
-  if (cmd == "report") return report(a);
+int dispatch(const cli::Command& c, const Args& a) {
+  if (c.name == "submit") return submit(a);
+  if (c.name == "run") return run_here(a);
+  if (c.name == "trial") return trial(a);
+  if (c.name == "best") return best(a);
+  if (c.name == "report") return report(a);
   return status(a);
 }
 
@@ -680,23 +507,17 @@ int dispatch(const std::vector<std::string>& args) {
 int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   g_out = &out;
   g_err = &err;
-  const auto error = [&](const std::string& message) {
-    out.flush();
-    err << "saker: error: " << message << "\n";
-    err.flush();
-  };
-  try {
-    return dispatch(args);
-  } catch (const Exit& e) {
-    error(e.message);
-    return e.code;
-  } catch (const LoadError& e) {
-    error(std::string("saker-sweep: ") + e.what());
-    return kUnusable;
-  } catch (const std::exception& e) {
-    error(std::string("saker-sweep: ") + e.what());
-    return kFailed;
-  }
+  return cli::main(tool(), args, [](const cli::Command& c, const Args& a) {
+    try {
+      return dispatch(c, a);
+    } catch (const LoadError& e) {
+      throw Exit{kUnusable, std::string("saker-sweep: ") + e.what()};
+    } catch (const Exit&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw Exit{kFailed, std::string("saker-sweep: ") + e.what()};
+    }
+  }, out, err);
 }
 
 }  // namespace saker::sweep

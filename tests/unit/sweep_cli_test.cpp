@@ -85,7 +85,7 @@ TEST_CASE("unknown commands and options are named as such, with what was probabl
   // An abbreviation is not guessed at: it is named, with the option it may stand for.
   r = cli({"report", q, "--met", "loss"});
   CHECK(r.rc == 2);
-  CHECK(r.err.find("unknown option --met; did you mean --metric?") != std::string::npos);
+  CHECK(r.err.find("unknown option --met (options are never abbreviated); did you mean --metric?") != std::string::npos);
   // A missing value, a missing sweep, two sweeps.
   r = cli({"report", q, "--svg"});
   CHECK(r.rc == 2);

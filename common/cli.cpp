@@ -1,0 +1,260 @@
+#include "common/cli.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <ostream>
+
+#include "common/version.hpp"
+
+namespace saker::cli {
+
+namespace {
+
+// Edit distance with transpositions (optimal string alignment).
+std::size_t distance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
+  for (std::size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (std::size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i)
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  return d[a.size()][b.size()];
+}
+
+std::string pad(std::string head, std::size_t width) {
+  if (head.size() < width) head.resize(width, ' ');
+  else head += "\n" + std::string(width, ' ');
+  return head;
+}
+
+std::string full_name(const Tool& tool, const Command& c) { return tool.name + " " + c.name; }
+
+std::string option_text(const Option& o) { return "--" + o.name + (o.value.empty() ? "" : " " + o.value); }
+
+std::string known_options(const Tool& tool, const Command& c) {
+  if (c.options.empty()) return full_name(tool, c) + " takes no options";
+  std::string s = full_name(tool, c) + " takes";
+  for (const Option& o : c.options) s += " " + option_text(o) + ",";
+  s.back() = ';';
+  return s + " see " + full_name(tool, c) + " --help";
+}
+
+// "unknown option --quik; did you mean --quiet?", looking in the command's own options
+// first, then in the other commands' (an option given to the wrong command).
+std::string unknown_option(const Tool& tool, const Command& c, const std::string& typed, const std::string& name) {
+  std::vector<std::string> own;
+  for (const Option& o : c.options) own.push_back(o.name);
+  std::string guess = closest(name, own), whose;
+  for (const Command& other : tool.commands) {
+    if (!guess.empty()) break;
+    for (const Option& o : other.options)
+      if (other.name != c.name && closest(name, {o.name}) == o.name) {
+        guess = o.name, whose = other.name;
+        break;
+      }
+  }
+  std::string what = full_name(tool, c) + ": unknown option " + typed;
+  if (!guess.empty() && guess.rfind(name, 0) == 0 && whose.empty())
+    what += " (options are never abbreviated); did you mean --" + guess + "?";
+  else if (!guess.empty())
+    what += "; did you mean --" + guess + "?" + (whose.empty() ? "" : " (an option of " + tool.name + " " + whose + ")");
+  return explain(what, "", known_options(tool, c));
+}
+
+// Stores option `o` from words[*i] (the value may be the next word); UsageError if bad.
+void take_option(const Tool& tool, const Command& c, const Option& o, const std::vector<std::string>& words,
+                 std::size_t* i, std::size_t eq, Args* a) {
+  const std::string& w = words[*i];
+  const std::string who = full_name(tool, c) + ": --" + o.name;
+  if (a->has(o.name) && !o.repeatable) throw UsageError(explain(who + " is given twice", "", "give it once"));
+  std::string value;
+  if (o.value.empty()) {
+    if (eq != std::string::npos) throw UsageError(explain(who + " takes no value", "it is a switch", "write --" + o.name + " alone"));
+  } else if (eq != std::string::npos) {
+    value = w.substr(eq + 1);
+  } else if (*i + 1 < words.size() && words[*i + 1].rfind("--", 0) != 0) {
+    value = words[++*i];
+  } else {
+    throw UsageError(explain(who + " needs a value", o.value + ": " + o.help, full_name(tool, c) + " " + c.synopsis));
+  }
+  if (!o.value.empty() && value.empty())
+    throw UsageError(explain(who + " needs a value, not an empty word", o.value + ": " + o.help,
+                             full_name(tool, c) + " " + c.synopsis));
+  a->values[o.name].push_back(value);
+}
+
+void check_positional(const Tool& tool, const Command& c, const Args& a) {
+  const std::size_t n = a.positional.size();
+  const std::string thing = c.args_name.empty() ? "argument" : c.args_name;
+  if (n < c.min_args)
+    throw UsageError(explain(full_name(tool, c) + ": no " + thing + " given", "", "usage: " + full_name(tool, c) + " " + c.synopsis));
+  if (n > c.max_args) {
+    const std::string extra = a.positional[c.max_args];
+    throw UsageError(explain(full_name(tool, c) + ": unexpected argument '" + extra + "'",
+                             c.max_args == 0 ? "it takes no arguments"
+                                             : "it takes " + std::string(c.max_args == 1 ? "one " : "at most " + std::to_string(c.max_args) + " ") + thing,
+                             "usage: " + full_name(tool, c) + " " + c.synopsis));
+  }
+}
+
+}  // namespace
+
+std::string Args::get(const std::string& name, const std::string& fallback) const {
+  return has(name) ? values.at(name).back() : fallback;
+}
+
+const std::vector<std::string>& Args::all(const std::string& name) const {
+  static const std::vector<std::string> none;
+  return has(name) ? values.at(name) : none;
+}
+
+std::uint64_t Args::number(const std::string& name, std::uint64_t fallback, std::uint64_t min, std::uint64_t max) const {
+  if (!has(name)) return fallback;
+  const std::string text = get(name);
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+  const bool whole = !text.empty() && text[0] != '-' && end != nullptr && *end == '\0' && errno == 0;
+  if (!whole || v < min || v > max) {
+    std::string range = "a whole number";
+    if (max != UINT64_MAX) range += " from " + std::to_string(min) + " to " + std::to_string(max);
+    else if (min > 0) range += ", " + std::to_string(min) + " or more";
+    throw UsageError(explain(command + ": --" + name + " is '" + text + "'", "it must be " + range,
+                             "pass --" + name + " N"));
+  }
+  return v;
+}
+
+std::string closest(const std::string& typed, const std::vector<std::string>& candidates) {
+  const std::size_t allowed = std::max<std::size_t>(1, std::min<std::size_t>(2, typed.size() / 3));
+  std::string best;
+  std::size_t best_score = allowed + 1;
+  for (const std::string& c : candidates) {
+    const bool abbreviation = typed.size() >= 2 && c.rfind(typed, 0) == 0;
+    const std::size_t score = abbreviation ? 0 : distance(typed, c);
+    if (score < best_score) best = c, best_score = score;
+  }
+  return best;
+}
+
+std::string usage(const Tool& tool) {
+  std::string s = tool.name + ": " + tool.what + "\n\nUsage:\n";
+  for (const Command& c : tool.commands) s += pad("  " + full_name(tool, c) + " " + c.synopsis, 44) + " " + c.what + "\n";
+  s += pad("  " + tool.name + " COMMAND --help", 44) + " one command's options\n";
+  s += "  " + tool.name + " --help | --version\n";
+  if (!tool.footer.empty()) s += "\n" + tool.footer;
+  return s;
+}
+
+std::string usage(const Tool& tool, const Command& c) {
+  std::string s = "Usage: " + full_name(tool, c) + " " + c.synopsis + "\n  " + c.what + "\n";
+  if (!c.options.empty()) s += "Options:\n";
+  for (const Option& o : c.options) s += pad("  " + option_text(o), 30) + " " + o.help + "\n";
+  return s;
+}
+
+const Command& find_command(const Tool& tool, const std::vector<std::string>& words, std::size_t* used) {
+  // Two-word commands ("audit verify") first, so that "audit" alone is not taken for one.
+  for (const Command& c : tool.commands) {
+    const std::size_t space = c.name.find(' ');
+    if (space != std::string::npos && words.size() >= 2 && words[0] == c.name.substr(0, space) &&
+        words[1] == c.name.substr(space + 1)) {
+      *used = 2;
+      return c;
+    }
+  }
+  for (const Command& c : tool.commands)
+    if (!words.empty() && words[0] == c.name) {
+      *used = 1;
+      return c;
+    }
+  std::vector<std::string> names;
+  for (const Command& c : tool.commands) names.push_back(c.name);
+  std::string known;
+  for (const std::string& n : names) known += (known.empty() ? "" : ", ") + n;
+  const std::string fix = "the commands are " + known + "; see " + tool.name + " --help";
+  if (words.empty()) throw UsageError(explain(tool.name + ": no command given", "", fix));
+  if (words[0].size() > 1 && words[0][0] == '-') {  // "--quik": an option where a command goes
+    const std::string name = words[0].substr(words[0].rfind("--", 0) == 0 ? 2 : 1);
+    const std::string guess = closest(name, {"help", "version"});
+    throw UsageError(explain(tool.name + ": unknown option " + words[0] + (guess.empty() ? "" : "; did you mean --" + guess + "?"),
+                             "only --help and --version come before the command", fix));
+  }
+  std::string typed = words[0];
+  if (words.size() >= 2) {  // "audit chekc": match the pair
+    const std::string pair = words[0] + " " + words[1];
+    if (!closest(pair, names).empty()) typed = pair;
+  }
+  const std::string guess = closest(typed, names);
+  throw UsageError(explain(tool.name + ": unknown command '" + typed + "'" + (guess.empty() ? "" : "; did you mean '" + guess + "'?"),
+                           "", fix));
+}
+
+Args parse(const Tool& tool, const Command& c, const std::vector<std::string>& words) {
+  Args a;
+  a.command = full_name(tool, c);
+  bool options = true;
+  for (std::size_t i = 0; i < words.size(); ++i) {
+    const std::string& w = words[i];
+    if (options && w == "--") {
+      options = false;
+    } else if (options && (w == "--help" || w == "-h")) {
+      a.help = true;
+    } else if (options && w.size() > 1 && w[0] == '-') {
+      const bool dashes = w.rfind("--", 0) == 0;
+      const std::size_t eq = dashes ? w.find('=') : std::string::npos;
+      const std::string name = w.substr(dashes ? 2 : 1, eq == std::string::npos ? std::string::npos : eq - 2);
+      const auto o = std::find_if(c.options.begin(), c.options.end(), [&](const Option& x) { return x.name == name; });
+      if (o == c.options.end() || !dashes)
+        throw UsageError(unknown_option(tool, c, eq == std::string::npos ? w : w.substr(0, eq), name));
+      take_option(tool, c, *o, words, &i, eq, &a);
+    } else {
+      a.positional.push_back(w);
+    }
+  }
+  if (!a.help) check_positional(tool, c, a);
+  return a;
+}
+
+int main(const Tool& tool, int argc, char** argv, const Runner& run, std::ostream& out, std::ostream& err) {
+  return main(tool, std::vector<std::string>(argv + 1, argv + argc), run, out, err);
+}
+
+int main(const Tool& tool, const std::vector<std::string>& words, const Runner& run, std::ostream& out,
+         std::ostream& err) {
+  if (!words.empty() && words[0] == "--version") {
+    out << version_line(tool.name) << "\n";
+    return kOk;
+  }
+  if (!words.empty() && (words[0] == "--help" || words[0] == "-h" || words[0] == "help")) {
+    out << usage(tool);
+    return kOk;
+  }
+  const Command* command = nullptr;
+  try {
+    std::size_t used = 0;
+    command = &find_command(tool, words, &used);
+    const Args args = parse(tool, *command, {words.begin() + static_cast<std::ptrdiff_t>(used), words.end()});
+    if (args.help) {
+      out << usage(tool, *command);
+      return kOk;
+    }
+    return run(*command, args);
+  } catch (const UsageError& e) {
+    err << kErrorPrefix << e.what() << "\n";
+    if (command != nullptr) err << "usage: " << full_name(tool, *command) << " " << command->synopsis << "\n";
+    return kUsage;
+  } catch (const Failure& e) {
+    out.flush();
+    err << kErrorPrefix << e.what() << "\n";
+    return e.code;
+  } catch (const std::exception& e) {
+    err << kErrorPrefix << (command != nullptr ? full_name(tool, *command) : tool.name) << ": " << e.what() << "\n";
+    return kFailed;
+  }
+}
+
+}  // namespace saker::cli

@@ -1,0 +1,166 @@
+// The shared command-line contract (common/cli.hpp): every newcomer mistake of issue 31
+// gets exit 2 and a message that names the thing and the fix.
+#include <catch2/catch.hpp>
+
+#include <sstream>
+
+#include "common/cli.hpp"
+
+using namespace saker::cli;
+
+namespace {
+
+const Tool& tool() {
+  static const Tool t{"saker-demo",
+                      "a tool for the tests",
+                      {{"show", "FILE [--last N]", "print FILE", {{"last", "N", "only the last N lines"}}, 1, 1, "FILE"},
+                       {"audit verify", "FILE [--key K]", "verify", {{"key", "K", "the MAC key"}}, 1, 1, "FILE"},
+                       {"list", "[DIR...] [--json] [--tag T]...", "list",
+                        {{"json", "", "as JSON"}, {"tag", "T", "a tag (repeatable)", true}, {"max-restarts", "N", "r"}},
+                        0, 8, "DIR"}},
+                      "Exit codes: see saker(7).\n"};
+  return t;
+}
+
+struct Result {
+  int code;
+  std::string out, err;
+  std::vector<std::string> seen;  // positional arguments `run` saw
+};
+
+Result run(std::vector<std::string> words) {
+  words.insert(words.begin(), "saker-demo");
+  std::vector<char*> argv;
+  for (auto& w : words) argv.push_back(w.data());
+  std::ostringstream out, err;
+  Result r{};
+  r.code = main(tool(), static_cast<int>(argv.size()), argv.data(),
+                [&](const Command& c, const Args& a) {
+                  r.seen = a.positional;
+                  if (a.has("last")) out << "last=" << a.number("last", 0, 1, 1000) << "\n";
+                  for (const auto& t : a.all("tag")) out << "tag=" << t << "\n";
+                  out << "ran " << c.name << "\n";
+                  return kOk;
+                },
+                out, err);
+  r.out = out.str(), r.err = err.str();
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("cli: a good command line runs its command") {
+  auto r = run({"show", "f.txt", "--last", "3"});
+  CHECK(r.code == kOk);
+  CHECK(r.out == "last=3\nran show\n");
+  CHECK(r.seen == std::vector<std::string>{"f.txt"});
+  r = run({"audit", "verify", "--key=k", "log"});
+  CHECK(r.code == kOk);
+  CHECK(r.out == "ran audit verify\n");
+  r = run({"list", "--tag", "a", "d1", "--tag=b", "--", "--odd-dir"});
+  CHECK(r.code == kOk);
+  CHECK(r.out == "tag=a\ntag=b\nran list\n");
+  CHECK(r.seen == std::vector<std::string>{"d1", "--odd-dir"});
+}
+
+TEST_CASE("cli: an unknown command exits 2 with a guess, also with --help after it") {
+  for (const auto& words : {std::vector<std::string>{"shwo", "f"}, std::vector<std::string>{"shwo", "--help"}}) {
+    const auto r = run(words);
+    CHECK(r.code == kUsage);
+    CHECK(r.out.empty());
+    CHECK(r.err.find("unknown command 'shwo'; did you mean 'show'?") != std::string::npos);
+    CHECK(r.err.find("the commands are show, audit verify, list") != std::string::npos);
+  }
+  const auto r = run({"audit", "verfy", "x"});
+  CHECK(r.code == kUsage);
+  CHECK(r.err.find("did you mean 'audit verify'?") != std::string::npos);
+  CHECK(run({"frobnicate"}).err.find("did you mean") == std::string::npos);
+}
+
+TEST_CASE("cli: unknown, abbreviated and misplaced options name the right one") {
+  auto r = run({"list", "--jsno"});
+  CHECK(r.code == kUsage);
+  CHECK(r.err.find("unknown option --jsno; did you mean --json?") != std::string::npos);
+  CHECK(r.err.find("usage: saker-demo list") != std::string::npos);
+  // The Boost behaviour this replaces: "--max-restart 2" was "argument missing".
+  r = run({"list", "--max-restart", "2"});
+  CHECK(r.code == kUsage);
+  CHECK(r.err.find("unknown option --max-restart (options are never abbreviated); did you mean --max-restarts?") !=
+        std::string::npos);
+  r = run({"show", "f", "--json"});
+  CHECK(r.code == kUsage);
+  CHECK(r.err.find("did you mean --json? (an option of saker-demo list)") != std::string::npos);
+  CHECK(run({"show", "f", "-l", "3"}).code == kUsage);  // single-dash forms are not options here
+}
+
+TEST_CASE("cli: values: missing, empty, repeated, not a number, out of range") {
+  CHECK(run({"show", "f", "--last"}).err.find("--last needs a value") != std::string::npos);
+  CHECK(run({"show", "f", "--last="}).err.find("not an empty word") != std::string::npos);
+  CHECK(run({"show", "f", "--last", "1", "--last", "2"}).err.find("--last is given twice") != std::string::npos);
+  CHECK(run({"list", "--json=yes"}).err.find("--json takes no value") != std::string::npos);
+  auto r = run({"show", "f", "--last", "x3"});
+  CHECK(r.code == kUsage);
+  CHECK(r.err.find("saker-demo show: --last is 'x3': it must be a whole number from 1 to 1000") != std::string::npos);
+  CHECK(run({"show", "f", "--last", "-1"}).code == kUsage);
+  CHECK(run({"show", "f", "--last", "0"}).code == kUsage);
+  CHECK(run({"show", "f", "--last", "99999999999999999999999"}).code == kUsage);
+}
+
+TEST_CASE("cli: positional arguments are counted") {
+  auto r = run({"show"});
+  CHECK(r.code == kUsage);
+  CHECK(r.err.find("saker-demo show: no FILE given") != std::string::npos);
+  r = run({"show", "a", "b"});
+  CHECK(r.code == kUsage);
+  CHECK(r.err.find("unexpected argument 'b': it takes one FILE") != std::string::npos);
+}
+
+TEST_CASE("cli: help and version") {
+  auto r = run({});
+  CHECK(r.code == kUsage);
+  CHECK(r.err == "saker: error: saker-demo: no command given (fix: the commands are show, audit verify, list; see "
+                 "saker-demo --help)\n");
+  r = run({"--quik"});  // one line, not the whole help
+  CHECK(r.code == kUsage);
+  CHECK(r.err.find("saker-demo: unknown option --quik: only --help and --version come before the command") !=
+        std::string::npos);
+  CHECK(r.err.find("Usage:") == std::string::npos);
+  CHECK(run({"--verison"}).err.find("unknown option --verison; did you mean --version?") != std::string::npos);
+  r = run({"--help"});
+  CHECK(r.code == kOk);
+  CHECK(r.out.find("saker-demo audit verify FILE [--key K]") != std::string::npos);
+  CHECK(r.out.find("Exit codes: see saker(7).") != std::string::npos);
+  r = run({"list", "--help"});
+  CHECK(r.code == kOk);
+  CHECK(r.out.find("--tag T") != std::string::npos);
+  CHECK(r.out.find("ran") == std::string::npos);
+  r = run({"--version"});
+  CHECK(r.code == kOk);
+  CHECK(r.out.find("saker-demo (Saker)") == 0);
+}
+
+TEST_CASE("cli: an exception from the command is exit 1 with the command's name") {
+  std::vector<std::string> words{"saker-demo", "show", "f"};
+  std::vector<char*> argv;
+  for (auto& w : words) argv.push_back(w.data());
+  std::ostringstream out, err;
+  const int code = main(tool(), 3, argv.data(), [](const Command&, const Args&) -> int { throw std::runtime_error("boom"); },
+                        out, err);
+  CHECK(code == kFailed);
+  CHECK(err.str() == "saker: error: saker-demo show: boom\n");
+}
+
+TEST_CASE("cli: closest") {
+  CHECK(closest("chekc", {"check", "explain"}) == "check");
+  CHECK(closest("ex", {"check", "explain"}) == "explain");
+  CHECK(closest("zzzzzz", {"check", "explain"}).empty());
+}
+
+TEST_CASE("cli: a Failure keeps its exit code and its message") {
+  std::vector<std::string> words{"show", "f"};
+  std::ostringstream out, err;
+  const int code = main(tool(), words, [](const Command&, const Args&) -> int { throw Failure(kConflict, "saker-demo: taken"); },
+                        out, err);
+  CHECK(code == kConflict);
+  CHECK(err.str() == "saker: error: saker-demo: taken\n");
+}
