@@ -42,7 +42,8 @@ const char* kMakeDataExitCodes = "Exit codes (saker(7)): 0 written, 1 error (mes
 const char* kExitCodes =
     "Exit codes (saker(7)): 0 done, 1 error (message on stderr), 2 usage error,\n"
     "3 the --data file is not usable (does not exist, not readable, not HDF5, no X/y; saker-run does not retry it),\n"
-    "75 stopped by SIGTERM/SIGUSR1/SIGINT after an emergency checkpoint (run again or requeue to resume),\n"
+    "75 stopped by SIGTERM/SIGUSR1/SIGINT, or by saker-run's resize notice ($SAKER_RESIZE_NOTICE), after a\n"
+    "checkpoint (run again, on any number of ranks up to --logical-ranks, or requeue to resume),\n"
     "78 refused, and retrying will not help: a checkpoint refused by the site policy (--policy: wrong\n"
     "zone or no key), or --device gpu where a rank cannot allreduce with NCCL on a GPU,\n"
     "79 every checkpoint in --ckpt-dir is damaged (each named on stderr) and --allow-fresh-start was not given.\n";
@@ -95,7 +96,13 @@ int run_training(const std::vector<std::string>& args) {
                             "       saker-train make-data --out FILE [OPTIONS]   (a synthetic dataset to train on;\n"
                             "                                                     see saker-train make-data --help)\n\n"
                             "Trains an MLP classifier on X/y from an HDF5 file, data-parallel over the ranks\n"
-                            "saker-run starts, resuming from the newest checkpoint in --ckpt-dir.\n"
+                            "saker-run starts, resuming from the newest checkpoint in --ckpt-dir. The global batch\n"
+                            "is split over L logical workers (--logical-ranks); the ranks compute them in\n"
+                            "contiguous blocks and sum their gradients in one canonical order, so the weights\n"
+                            "are the same bits on any number of ranks up to L, over shared memory, TCP or with\n"
+                            "a GPU, and after a resume on another number of ranks.\n"
+                            "When the file $SAKER_RESIZE_NOTICE (set by saker-run) appears naming another world\n"
+                            "size, every rank stops at the same step, checkpoints and exits 75.\n"
                             "SIGTERM, SIGUSR1 or SIGINT (Ctrl-C) makes every rank take an emergency checkpoint and exit 75.\n\nOptions");
   d.add_options()("help,h", "print this help")
       ("data", po::value<std::string>(&data_path)->required(), "HDF5 dataset (saker-train make-data)")
@@ -104,7 +111,10 @@ int run_training(const std::vector<std::string>& args) {
       ("lr", po::value<double>(&cfg.optimizer.lr)->default_value(1e-3), "learning rate")
       ("momentum", po::value<double>(&cfg.optimizer.momentum)->default_value(0.9, "0.9"), "SGD momentum")
       ("weight-decay", po::value<double>(&cfg.optimizer.weight_decay)->default_value(0), "L2 weight decay")
-      ("batch", po::value<int>(&cfg.batch)->default_value(64), "global batch (split over the ranks)")
+      ("batch", po::value<int>(&cfg.batch)->default_value(64), "global batch (split over the logical workers)")
+      ("logical-ranks", po::value<int>(&cfg.logical_ranks)->default_value(0, "first world size"),
+       "logical workers L the batch is split over and the gradients summed by, in a fixed order; a resume keeps "
+       "the checkpoint's L (another value is refused) and runs on 1..L ranks")
       ("steps", po::value<std::uint64_t>(&cfg.steps)->default_value(300), "optimizer steps in total")
       ("seed", po::value<std::uint64_t>(&cfg.seed)->default_value(1), "seed of initialisation and data order")
       ("ckpt-dir", po::value<std::string>(&ckpt_dir), "checkpoint directory (default: $SAKER_CKPT_DIR; none: no checkpoints)")
@@ -134,6 +144,8 @@ int run_training(const std::vector<std::string>& args) {
   if (cfg.log_every == 0) cfg.log_every = 1;
   cfg.hidden = MlpShape::parse_hidden(layers);
   cfg.preempt_marker = env_or("SAKER_PREEMPT_MARKER", "");
+  cfg.resize_notice = env_or("SAKER_RESIZE_NOTICE", "");
+  if (cfg.logical_ranks < 0) throw po::error("--logical-ranks " + std::to_string(cfg.logical_ranks) + " is below 1");
 
   std::signal(SIGTERM, on_preempt);
   std::signal(SIGUSR1, on_preempt);
@@ -158,7 +170,6 @@ int run_training(const std::vector<std::string>& args) {
     std::printf("%s\n", choice.line.c_str());
     std::fflush(stdout);
   }
-  if (choice.decision.gpu) cfg.reduction = "nccl";
   std::unique_ptr<SnapshotStore> store;
   if (!ckpt_dir.empty()) {
     CkptStoreOptions so;

@@ -8,9 +8,24 @@
 
 #include "launcher/train/trainer.hpp"
 
-namespace saker::comm { class Communicator; }
+namespace saker::comm {
+class Communicator;
+class OrderedReduce;
+}  // namespace saker::comm
 
 namespace saker::train {
+
+// Reducer::sum_logical over a communicator: comm::OrderedReduce, made on first use for
+// the run's L (every rank calls it with the same L at the same step).
+class LogicalSum {
+ public:
+  LogicalSum();
+  ~LogicalSum();
+  void sum(comm::Communicator& comm, int logical, std::span<float* const> parts, std::size_t count, float* out);
+
+ private:
+  std::unique_ptr<comm::OrderedReduce> reduce_;
+};
 
 class CommReducer final : public Reducer {
  public:
@@ -19,9 +34,11 @@ class CommReducer final : public Reducer {
   int rank() const override;
   int size() const override;
   void allreduce_sum(std::span<float> data) override;
+  void sum_logical(int logical, std::span<float* const> parts, std::size_t count, float* out) override;
 
  private:
   std::unique_ptr<comm::Communicator> comm_;
+  LogicalSum logical_;
 };
 
 // The world size the launcher announced (WORLD_SIZE, SAKER_WORLD_SIZE or srun's

@@ -26,15 +26,16 @@ Cursor Cursor::restore(const std::vector<std::byte>& bytes) {
   return c;
 }
 
-Loader::Loader(int rows, int global_batch, int rank, int world, std::uint64_t seed)
-    : rows_(rows), batch_(global_batch), rank_(rank), world_(world), seed_(seed) {
-  if (global_batch < world || global_batch > rows) {
-    throw Error(explain("global batch " + std::to_string(global_batch) + " for " + std::to_string(world) +
-                            " ranks and " + std::to_string(rows) + " rows",
-                        "each rank needs at least one row and a batch cannot exceed the dataset",
-                        "pass --batch between the world size and the number of rows"));
+Loader::Loader(int rows, int global_batch, int part, int parts, std::uint64_t seed)
+    : rows_(rows), batch_(global_batch), rank_(part), world_(parts), seed_(seed) {
+  if (global_batch < parts || global_batch > rows) {
+    throw Error(explain("global batch " + std::to_string(global_batch) + " for " + std::to_string(parts) +
+                            " logical workers and " + std::to_string(rows) + " rows",
+                        "each logical worker needs at least one row and a batch cannot exceed the dataset",
+                        "pass --batch between the number of logical workers (--logical-ranks, by default the "
+                        "first world size) and the number of rows"));
   }
-  SAKER_ASSERT(rank >= 0 && rank < world, "rank outside the world");
+  SAKER_ASSERT(part >= 0 && part < parts, "part outside the batch");
 }
 
 void Loader::shuffle_for(std::uint64_t epoch) {
@@ -46,18 +47,23 @@ void Loader::shuffle_for(std::uint64_t epoch) {
   permuted_epoch_ = epoch;
 }
 
-std::vector<std::uint32_t> Loader::next() {
+std::vector<std::uint32_t> Loader::next() { return std::move(next_parts(rank_, 1)[0]); }
+
+std::vector<std::vector<std::uint32_t>> Loader::next_parts(int first, int count) {
+  SAKER_ASSERT(first >= 0 && count >= 0 && first + count <= world_, "parts outside the batch");
   if (cursor_.position + batch_ > static_cast<std::uint64_t>(rows_)) {
     ++cursor_.epoch;
     cursor_.position = 0;
   }
   shuffle_for(cursor_.epoch);
-  const std::uint64_t begin = cursor_.position + static_cast<std::uint64_t>(batch_) * rank_ / world_;
-  const std::uint64_t end = cursor_.position + static_cast<std::uint64_t>(batch_) * (rank_ + 1) / world_;
-  std::vector<std::uint32_t> rows(order_.begin() + static_cast<std::ptrdiff_t>(begin),
-                                  order_.begin() + static_cast<std::ptrdiff_t>(end));
+  std::vector<std::vector<std::uint32_t>> out;
+  for (int p = first; p < first + count; ++p) {
+    const std::uint64_t begin = cursor_.position + static_cast<std::uint64_t>(batch_) * p / world_;
+    const std::uint64_t end = cursor_.position + static_cast<std::uint64_t>(batch_) * (p + 1) / world_;
+    out.emplace_back(order_.begin() + static_cast<std::ptrdiff_t>(begin), order_.begin() + static_cast<std::ptrdiff_t>(end));
+  }
   cursor_.position += batch_;
-  return rows;
+  return out;
 }
 
 void Loader::set_cursor(const Cursor& c) {

@@ -49,6 +49,10 @@ NcclReducer::~NcclReducer() {
 }
 
 int NcclReducer::rank() const { return comm_->rank(); }
+
+void NcclReducer::sum_logical(int logical, std::span<float* const> parts, std::size_t count, float* out) {
+  logical_.sum(*comm_, logical, parts, count, out);
+}
 int NcclReducer::size() const { return comm_->size(); }
 
 std::string NcclReducer::describe() const {

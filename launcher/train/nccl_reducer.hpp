@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "launcher/train/comm_reducer.hpp"
 #include "launcher/train/trainer.hpp"
 
 namespace saker::comm { class Communicator; }
@@ -28,6 +29,10 @@ class NcclReducer final : public Reducer {
   // Bounded by the communicator's timeout; a timeout names the rank and host that no
   // longer answer on the host ring (or says NCCL itself is stuck).
   void allreduce_sum(std::span<float> data) override;
+  // The canonical order cannot be had from NCCL's own allreduce (its order is NCCL's), so
+  // the gradients saker-train sums by default go over this rank's host communicator
+  // (they are in host memory anyway: the model runs on the CPU); the same bits as a CPU run.
+  void sum_logical(int logical, std::span<float* const> parts, std::size_t count, float* out) override;
   int device() const { return device_; }
   std::string describe() const;  // "GPU 0 (PCI 0000:3b:00.0)"
 
@@ -43,6 +48,7 @@ class NcclReducer final : public Reducer {
   float* pinned_buf_ = nullptr;
   std::size_t capacity_ = 0;  // floats in both buffers
   bool stuck_ = false;        // NCCL timed out: never touch the device again (it would hang)
+  LogicalSum logical_;
 };
 
 }  // namespace saker::train

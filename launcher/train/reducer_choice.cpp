@@ -65,8 +65,9 @@ ReducerChoice reducer_over(std::unique_ptr<comm::Communicator> comm, Device want
 #ifdef SAKER_HAVE_NCCL
   if (choice.decision.gpu) {
     auto nccl = std::make_unique<NcclReducer>(std::move(comm));
-    choice.line = "saker-train: gradients allreduced with NCCL on " + nccl->describe() +
-                  ", staged from host memory (" + choice.decision.reason + ")";
+    // sum_logical() goes over the host communicator (nccl_reducer.hpp): say so.
+    choice.line = "saker-train: NCCL set up on " + nccl->describe() + " (" + choice.decision.reason +
+                  "); gradients are summed in saker's canonical order over the host ring, the same bits as without a GPU";
     choice.reducer = std::move(nccl);
     return choice;
   }

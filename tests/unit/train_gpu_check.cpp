@@ -59,7 +59,6 @@ Run train_ranks(int ranks, Device device, TrainConfig cfg, std::vector<test::Mem
     if (r == 0) std::printf("  %s\n", choice.line.c_str());
     run.on_gpu[i] = choice.decision.gpu;
     TrainConfig c = cfg;
-    if (choice.decision.gpu) c.reduction = "nccl";
     std::atomic<int> stop{0};
     test::StopAfter stopper(*choice.reducer, &stop, r == 0 ? stop_at : 0);
     const TrainResult res = train(c, data(), stopper, stores != nullptr ? &(*stores)[i] : nullptr, &stop);

@@ -41,15 +41,16 @@ class MemoryStore final : public SnapshotStore {
   int saves = 0, emergencies = 0;
 };
 
-// Forwards to `inner` and raises *flag once it has seen `at` allreduces, as a signal
-// would: the flag lands in the NEXT step's buffer.
+// Forwards to `inner` and raises *flag once it has seen `at` steps' gradient sums, as a
+// signal would: the flag lands in the NEXT step's sum.
 class StopAfter final : public Reducer {
  public:
   StopAfter(Reducer& inner, std::atomic<int>* flag, int at) : inner_(inner), flag_(flag), at_(at) {}
   int rank() const override { return inner_.rank(); }
   int size() const override { return inner_.size(); }
-  void allreduce_sum(std::span<float> data) override {
-    inner_.allreduce_sum(data);
+  void allreduce_sum(std::span<float> data) override { inner_.allreduce_sum(data); }
+  void sum_logical(int logical, std::span<float* const> parts, std::size_t count, float* out) override {
+    inner_.sum_logical(logical, parts, count, out);
     if (++calls_ == at_) flag_->store(1);
   }
 

@@ -1,0 +1,72 @@
+// A sum over L logical workers whose bits depend on neither the number of ranks that
+// compute them nor the transport between those ranks (issue 32 §2).
+//
+// The canonical order is the order saker's ring allreduce gives when each of L ranks
+// holds one contribution: the elements are split evenly into L segments
+// (Ring::even_split), and segment s is summed around the ring from worker s:
+// acc = x[s], then acc = x[s+1] + acc, ..., x[s-1] + acc (indices mod L). Every element
+// is thus a fixed sequence of fp32 additions, so the result is exact and reproducible
+// for any mapping of workers onto ranks.
+//
+// How it is reached:
+//   - L == world size, one worker per rank: one ring allreduce (the communicator is set
+//     to Transport::ring; shared memory sums in rank order, a different order, which is
+//     why a 4-rank run on one node used to end with another hash than on 4 nodes). The
+//     bytes moved are exactly a ring allreduce's.
+//   - any other mapping (a run shrunk or grown past its logical workers): every rank
+//     allgathers the contributions it holds (padded to the largest block) and sums all L
+//     in the canonical order itself. That moves about L/2 times a ring allreduce's
+//     bytes: the price of a resized run, not of the steady state.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace saker::comm {
+
+class Communicator;
+
+// Which logical workers each rank computes: contiguous blocks in logical order, rank r
+// taking [first(r), first(r) + count(r)); a rank takes none when world > logical.
+class LogicalMap {
+ public:
+  // Throws saker::Error naming the value when logical or world is below 1.
+  LogicalMap(int logical, int world);
+  int logical() const { return logical_; }
+  int world() const { return world_; }
+  int first(int rank) const;
+  int count(int rank) const { return first(rank + 1) - first(rank); }
+  int owner(int worker) const;  // the rank computing logical worker `worker`
+  int widest() const;           // the largest count over the ranks
+  std::string describe(int rank) const;  // "logical workers 2..3 of 4"
+
+ private:
+  int logical_, world_;
+};
+
+// out[i] = the canonical sum of parts[0..L-1][i] (L = parts.size()). out may alias a part.
+void canonical_sum(std::span<const float* const> parts, std::size_t count, float* out);
+
+// The canonical sum across the ranks of one communicator. Collective throughout:
+// every rank constructs it with the same L and calls sum() with the same count.
+class OrderedReduce {
+ public:
+  // Sets comm to Transport::ring when L equals its size (see the top of this file).
+  OrderedReduce(Communicator& comm, int logical);
+  const LogicalMap& map() const { return map_; }
+  // True when one ring allreduce does it (L == world size).
+  bool ring_path() const { return map_.logical() == map_.world(); }
+  // parts: this rank's map().count(rank) contributions, in logical order, `count` floats
+  // each; out (count floats) receives the canonical sum on every rank. On the ring path
+  // parts[0] may be out itself (reduced in place).
+  void sum(std::span<float* const> parts, std::size_t count, float* out);
+
+ private:
+  Communicator& comm_;
+  LogicalMap map_;
+  std::vector<float> send_, recv_;
+};
+
+}  // namespace saker::comm
