@@ -10,6 +10,7 @@ it_require_root
 it_tmpdir
 
 it_cluster_up --nodes 3 --gpus-per-node 4
+it_jobs_as_user
 prefix=$IT_PREFIX
 
 # --- partitions -----------------------------------------------------------------------------
@@ -82,6 +83,7 @@ assert_rc 3 "status of a cluster that is gone exits 3" -- "$SAKER_CLUSTER" statu
 
 # --- up twice in a row (same prefix) is safe ---------------------------------------------------
 it_cluster_up --nodes 2 --gpus-per-node 0
+it_jobs_as_user
 prefix=$IT_PREFIX
 assert_rc 0 "up again on the running cluster's prefix" -- \
     "$SAKER_CLUSTER" up --prefix "$prefix" --port-base "$IT_PORT_BASE" --nodes 2 --gpus-per-node 0 \

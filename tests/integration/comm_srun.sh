@@ -4,6 +4,7 @@
 source "$(dirname "$0")/lib.sh"
 it_require_root
 it_cluster_up --nodes 2 --cpus-per-node 4
+it_jobs_as_user
 selftest="$SAKER_BUILDDIR/tests/integration/comm_selftest"
 # All "nodes" share this machine: peers reach each other on loopback, and the
 # store's node name (saker1) only exists in slurm.conf.
@@ -37,4 +38,60 @@ fault=$(cat "$IT_PREFIX"/fault*.out)
 assert_contains "$fault" "rank 1 (host" "survivors name the killed rank"
 assert_eq 2 "$(grep -c 'comm-selftest error' <<<"$fault")" "both survivors fail instead of hanging"
 assert_rc 0 "failure seen well within the 20 s timeout (took ${elapsed}s)" -- test "$elapsed" -lt 20
+
+# Another user against plain srun's store, whose port anyone can compute from the job and
+# step ids that squeue shows (launcher/comm/slurm_store_port.hpp): saker-mallory squats it
+# before the step starts, or races to read and poison it as the ranks meet
+# (tests/integration/zt_attacker.py; zero_trust_attacks.sh has the other attacks).
+if ((IT_AS_USER)) && [[ -r $SAKER_SRCDIR/tests/integration/zt_attacker.py ]]; then
+  mallory=saker-mallory
+  id -u "$mallory" >/dev/null 2>&1 || useradd -M -s /usr/sbin/nologin "$mallory"
+  mdir=$IT_TMP/mallory && mkdir -p "$mdir" && chown "$mallory:" "$mdir" && chmod 0700 "$mdir"
+  store_port() { echo $((20000 + ($1 % 12000 * 64 + $2 % 12000) % 12000)); }
+  # srun_attack NAME SUBCOMMAND [ARGS...]: a held 2-node job of the test user's whose step
+  # allreduces (checked bitwise) until $IT_PREFIX/NAME.stop exists; mallory's attack on its
+  # store port starts, then the job is released. Sets JOB_STATE, JOB_OUT, ATK_OUT.
+  srun_attack() {
+    local name=$1 sub=$2 job port atk deadline
+    shift 2
+    job=$(sbatch --parsable --hold -p all -N2 -n2 -o "$IT_PREFIX/$name.out" \
+      --export=ALL,SAKER_SELFTEST_UNTIL="$IT_PREFIX/$name.stop" --wrap "srun --mpi=none $selftest")
+    port=$(store_port "$job" 0)
+    SRUN_PORT=$port
+    setpriv --reuid="$mallory" --regid="$mallory" --init-groups -- env -i PATH=/usr/bin:/bin /usr/bin/python3 \
+      "$SAKER_SRCDIR/tests/integration/zt_attacker.py" "$sub" --uid "$(id -u "$IT_USER")" --port "$port" \
+      --stop "$mdir/$name.atk-stop" --out "$mdir/$name" --deadline 90 "$@" >"$IT_PREFIX/$name.atk" 2>&1 &
+    atk=$!
+    deadline=$((SECONDS + 10))
+    while [[ $sub == squat && ! -e $mdir/$name.ready ]] && ((SECONDS < deadline)); do sleep 0.1; done
+    scontrol release "$job"
+    deadline=$((SECONDS + 60))
+    while [[ ! -e $mdir/$name.done ]] && ((SECONDS < deadline)) && [[ $(it_job_state "$job") != COMPLETED && $(it_job_state "$job") != FAILED ]]; do sleep 0.2; done
+    touch "$IT_PREFIX/$name.stop"
+    JOB_STATE=$(it_job_wait "$job" 120)
+    touch "$mdir/$name.atk-stop"
+    wait "$atk"
+    JOB_OUT=$(cat "$IT_PREFIX/$name.out")
+    ATK_OUT=$(cat "$IT_PREFIX/$name.atk")
+    it_log "$name: job $job, store port $port, $JOB_STATE; attacker: $(grep -c '^FACT' <<<"$ATK_OUT") fact(s)"
+  }
+  srun_attack srun-squat squat
+  assert_not_contains "$ATK_OUT" "FACT squat-registered" "plain srun, store port squatted first: no rank registers with the squatter"
+  if [[ $JOB_STATE == COMPLETED ]]; then
+    assert_eq 2 "$(grep -c 'comm-selftest zt ok' <<<"$JOB_OUT")" "plain srun, store port squatted first: the job ran unaffected"
+  else
+    assert_contains "$JOB_OUT" ":$SRUN_PORT" "plain srun, store port squatted first: the job fails naming the port $SRUN_PORT"
+    assert_contains "$JOB_OUT" "SAKER_STORE_PORT" "... and the fix (SAKER_STORE_PORT)"
+  fi
+  srun_attack srun-read store-read
+  assert_eq COMPLETED "$JOB_STATE" "plain srun, store read raced: the job completes"
+  assert_eq 2 "$(grep -c 'comm-selftest zt ok' <<<"$JOB_OUT")" "... every rank checked every result bitwise"
+  assert_contains "$ATK_OUT" "INFO connected to 127.0.0.1:$SRUN_PORT" "... mallory reached its store"
+  assert_not_contains "$ATK_OUT" "FACT store-read" "... and read nothing from it"
+  srun_attack srun-poison store-poison
+  assert_eq COMPLETED "$JOB_STATE" "plain srun, store poisoned: the job completes"
+  assert_eq 2 "$(grep -c 'comm-selftest zt ok' <<<"$JOB_OUT")" "... every rank checked every result bitwise"
+  assert_contains "$ATK_OUT" "INFO connected to 127.0.0.1:$SRUN_PORT" "... mallory reached its store"
+  assert_not_contains "$ATK_OUT" "FACT poison-connected" "... and no rank connected to her address"
+fi
 it_finish

@@ -18,6 +18,11 @@
 #                   tests' srun, sbatch, scontrol ... are that release's, like the daemons
 #   IT_KEEP=1       keep the cluster running (and its files) after the test, for debugging
 #
+# Jobs run as an ordinary user (a real site is multi-tenant; issue 28): after it_cluster_up,
+#     it_jobs_as_user                  # sbatch, srun, salloc, saker-run now run as saker-alice
+#     it_user CMD...                   # any other command as that user
+#   IT_USER  the user (default saker-alice; created when missing, without home or shell)
+#
 # Test scripts must not install their own EXIT trap (it would replace the one that takes the
 # cluster down); register cleanups with it_at_exit instead.
 
@@ -317,3 +322,59 @@ _it_install_trap() {
     trap 'exit 130' INT
     trap 'exit 143' TERM
 }
+
+# ---------------------------------------------------------------------------------------------
+# Jobs as an ordinary user
+# ---------------------------------------------------------------------------------------------
+# After it_jobs_as_user, the functions sbatch, srun, salloc and saker-run below submit as
+# $IT_USER through setpriv (the test's environment kept, HOME a private directory of the
+# user's), so assert_rc ... -- srun ... and $(sbatch ...) need no change. Commands run by
+# their full path, or through env/timeout, stay root's: write it_user in front of those.
+# The cluster's prefix and $IT_TMP become 1777 (sticky, like /tmp), so that the tests' output
+# files (-o "$IT_PREFIX/x.out") can be created by the user; root reads them as before.
+declare -g IT_USER="${IT_USER:-saker-alice}"
+IT_AS_USER=0          # 1 once it_jobs_as_user succeeded
+IT_USER_HOME=""       # the user's HOME during the test (private, under $IT_TMP)
+
+# it_user CMD...: CMD as $IT_USER, with this test's environment (run from the user's HOME
+# when the current directory is closed to them: a job's working directory must be theirs to enter).
+it_user() {
+    local dir=$PWD
+    setpriv --reuid="$IT_USER" --regid="$IT_USER" --init-groups -- test -x "$dir" 2>/dev/null || dir=$IT_USER_HOME
+    (cd "$dir" && setpriv --reuid="$IT_USER" --regid="$IT_USER" --init-groups -- \
+        env HOME="$IT_USER_HOME" USER="$IT_USER" LOGNAME="$IT_USER" "$@")
+}
+
+# it_jobs_as_user: from now on jobs are submitted as $IT_USER. Creates the user when
+# missing; when the user cannot read the build or source tree (say, a clone under /root),
+# the jobs stay root's and the test says why (a log line), since nothing would run.
+it_jobs_as_user() {
+    if ! id -u "$IT_USER" >/dev/null 2>&1 && ! useradd -M -s /usr/sbin/nologin "$IT_USER" 2>/dev/null; then
+        it_log "jobs run as root: cannot create the user $IT_USER (useradd failed)"
+        return 0
+    fi
+    it_tmpdir
+    IT_USER_HOME=$IT_TMP/home-$IT_USER
+    mkdir -p "$IT_USER_HOME" && chown "$IT_USER:" "$IT_USER_HOME" && chmod 0700 "$IT_USER_HOME"
+    local p
+    for p in "$SAKER_BUILDDIR" "$SAKER_SRCDIR/tests/integration/lib.sh" ${IT_PREFIX:+"$IT_PREFIX/etc/slurm.conf"}; do
+        if ! setpriv --reuid="$IT_USER" --regid="$IT_USER" --init-groups -- test -r "$p" 2>/dev/null; then
+            it_log "jobs run as root: $IT_USER cannot read $p (make the tree world-readable)"
+            return 0
+        fi
+    done
+    [[ -z $IT_PREFIX ]] || chmod 1777 "$IT_PREFIX"
+    chmod 1777 "$IT_TMP"
+    IT_AS_USER=1
+    it_log "jobs run as $IT_USER (uid $(id -u "$IT_USER")), not root"
+}
+
+# it_job CMD...: CMD as the test user once it_jobs_as_user ran, else as root (for commands
+# the wrappers do not catch: env VAR=value sbatch ..., timeout 60 srun ...).
+it_job() {
+    if ((IT_AS_USER)); then it_user "$@"; else command "$@"; fi
+}
+sbatch() { it_job sbatch "$@"; }
+srun() { it_job srun "$@"; }
+salloc() { it_job salloc "$@"; }
+saker-run() { it_job saker-run "$@"; }

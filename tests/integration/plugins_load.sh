@@ -6,6 +6,7 @@
 source "$(dirname "$0")/lib.sh"
 it_require_root
 it_cluster_up --nodes 3 --gpus-per-node 4
+it_jobs_as_user
 ctld_log="$IT_PREFIX/log/slurmctld.log"
 
 assert_rc 0 "sbatch --help runs" -- sbatch --help

@@ -13,6 +13,7 @@ policy="$IT_TMP/policy.yaml"
 cp "$src_policy" "$policy"
 it_cluster_up --nodes 3 --gpus-per-node 4 --policy "$policy" \
   --partitions "gpu-ae=saker[1-2];cpu-ae=saker[1-2];gpu-eu=saker3"
+it_jobs_as_user
 ctld_log="$IT_PREFIX/log/slurmctld.log"
 audit_log="$IT_PREFIX/etc/saker-audit.log"
 saker_policy="$SAKER_BUILDDIR/policies/saker-policy/saker-policy"

@@ -12,6 +12,7 @@
 source "$(dirname "$0")/lib.sh"
 it_require_root
 it_cluster_up --nodes 2 --gpus-per-node 0 --partitions "all=saker[1-2]"
+it_jobs_as_user
 it_tmpdir
 run=$SAKER_BUILDDIR/launcher/saker-run/saker-run
 
@@ -19,11 +20,11 @@ run=$SAKER_BUILDDIR/launcher/saker-run/saker-run
 batch() {
     local name=$1 script=$2
     printf '#!/bin/bash\n%s\n' "$script" >"$IT_TMP/$name.sh"
-    timeout 120 sbatch --wait -N2 --ntasks-per-node=1 -o "$IT_TMP/$name.out" "$IT_TMP/$name.sh" >/dev/null 2>&1
+    it_job timeout 120 sbatch --wait -N2 --ntasks-per-node=1 -o "$IT_TMP/$name.out" "$IT_TMP/$name.sh" >/dev/null 2>&1
     cat "$IT_TMP/$name.out" 2>/dev/null
 }
 
-it_run timeout 60 srun -N2 "$run" -- /bin/true
+it_run it_job timeout 60 srun -N2 "$run" -- /bin/true
 assert_eq 3 "$IT_RC" "saker-run under srun exits 3 at once instead of hanging (rc 124 would be the hang)"
 assert_contains "$IT_OUT" "inside job step" "it says it is inside a job step"
 assert_contains "$IT_OUT" "run saker-run once from the batch script" "and what to do instead"
@@ -86,7 +87,7 @@ it_run srun -Q -p all -N2 -n2 printenv SAKER_JOB_KEY
 step2=$(grep -xE '[0-9a-f]{64}' <<<"$IT_OUT" | sort -u)
 assert_eq 1 "$(grep -c . <<<"$step2")" "the next step's tasks share a key too"
 if [[ -n $step1 && $step2 != "$step1" ]]; then it_pass "and it is a new one"; else it_fail "two steps got the same key"; fi
-it_run env SAKER_JOB_KEY=given srun -Q -p all -N2 -n2 printenv SAKER_JOB_KEY
+it_run it_job env SAKER_JOB_KEY=given srun -Q -p all -N2 -n2 printenv SAKER_JOB_KEY
 assert_eq "given given" "$(grep -x given <<<"$IT_OUT" | tr '\n' ' ' | sed 's/ $//')" "a key already set is kept"
 it_run srun -Q -p all -N2 -n2 --export=PATH,SAKER_JOB_KEY printenv SAKER_JOB_KEY
 assert_eq 2 "$(grep -cxE '[0-9a-f]{64}' <<<"$IT_OUT")" "srun --export=PATH,SAKER_JOB_KEY passes the plugin's key (made before srun reads --export)"
@@ -117,7 +118,7 @@ assert_not_contains "$out" "forcing job termination" "srun did not cancel the st
 # saker-train beats every step: steps slower than --hang-timeout count as a hang, and the
 # SIGTERM that follows lets it commit an emergency checkpoint before the attempt fails.
 train=$SAKER_BUILDDIR/launcher/saker-train/saker-train
-"$train" make-data --out "$IT_TMP/train.h5" --samples 1024 >/dev/null
+it_job "$train" make-data --out "$IT_TMP/train.h5" --samples 1024 >/dev/null
 out=$(batch trainhang "$run --max-restarts 0 --hang-timeout 2 --grace 20 --ckpt-dir $IT_TMP/ckpt -- $train --data $IT_TMP/train.h5 --steps 50 --step-sleep-ms 4000; echo rc=\$?")
 assert_contains "$out" "made no progress for" "saker-train's heartbeat: a rank stuck longer than --hang-timeout is detected"
 assert_contains "$out" "emergency checkpoint of step" "the SIGTERM before SIGKILL lets saker-train checkpoint"

@@ -11,6 +11,7 @@ it_require_root
 topo="$SAKER_SRCDIR/tests/data/topo-itest-2cpu-4gpu.xml"
 saker_topo="$SAKER_BUILDDIR/plugins/affinity/saker-topo/saker-topo"
 it_cluster_up --nodes 1 --gpus-per-node 4 --cpus-per-node 4 --no-job-submit --spank-args "topology=$topo"
+it_jobs_as_user
 plugstack="$(dirname "$SLURM_CONF")/plugstack.conf"
 
 # What each task reports: its real CPU affinity, the variables, and its memory policy

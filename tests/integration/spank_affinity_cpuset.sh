@@ -22,6 +22,7 @@ if [[ $all_cpus == 0 ]]; then
 fi
 saker_topo="$SAKER_BUILDDIR/plugins/affinity/saker-topo/saker-topo"
 it_cluster_up --nodes 1 --gpus-per-node 0 --cpus-per-node 2 --no-job-submit
+it_jobs_as_user
 plugstack="$(dirname "$SLURM_CONF")/plugstack.conf"
 topo="$IT_PREFIX/live-topology.xml"
 sed -i "s|spank_saker.so.*|& topology=$topo|" "$plugstack"

@@ -54,6 +54,7 @@ fi
 topo="$SAKER_SRCDIR/tests/data/topo-itest-2cpu-4gpu.xml"
 saker_topo="$SAKER_BUILDDIR/plugins/affinity/saker-topo/saker-topo"
 it_cluster_up --nodes 1 --gpus-per-node 0 --cpus-per-node 2 --no-job-submit --spank-args "topology=$topo"
+it_jobs_as_user
 plugstack="$(dirname "$SLURM_CONF")/plugstack.conf"
 
 # The torch probe: the CPUs of the task's initial thread after `import torch`, of a

@@ -14,6 +14,7 @@ it_require_root
   exit 77
 }
 it_cluster_up --nodes 2 --gpus-per-node 2 --cpus-per-node 2 --no-job-submit
+it_jobs_as_user
 records="$IT_PREFIX/telemetry"
 prom="$IT_PREFIX/prom"
 mkdir -p "$prom"

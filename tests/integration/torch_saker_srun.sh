@@ -9,6 +9,7 @@ it_require_root
 /usr/bin/python3 -c 'import torch' 2>/dev/null || { echo "SKIP: /usr/bin/python3 cannot import torch"; exit 77; }
 [[ -e "$SAKER_BUILDDIR/python/saker/_comm.so" ]] || { echo "SKIP: saker's Python package not built (--enable-python)"; exit 77; }
 it_cluster_up --nodes 2 --gpus-per-node 0 --cpus-per-node 4 --no-job-submit
+it_jobs_as_user
 export PYTHONPATH="$SAKER_BUILDDIR/python" PATH="$SAKER_BUILDDIR/launcher/saker-run:$PATH"
 ex="$SAKER_SRCDIR/examples/torch"
 hashes() { grep ' params ' "$1" | awk '{print $4}' | sort -u; }
@@ -20,7 +21,7 @@ for r in 0 1 2 3; do
 done
 for s in "train_hvd.py" "train_ddp.py --backend saker"; do
   name=${s%%.py*}
-  assert_rc 0 "$name through train.sbatch" -- env SAKER_CKPT_DIR="$IT_PREFIX/ck-$name" sbatch -W -p all -N2 \
+  assert_rc 0 "$name through train.sbatch" -- it_job env SAKER_CKPT_DIR="$IT_PREFIX/ck-$name" sbatch -W -p all -N2 \
     --ntasks-per-node=2 -o "$IT_PREFIX/$name.out" "$ex/train.sbatch" $ex/$s --steps 10
   assert_eq "$(grep -c ' params ' "$IT_PREFIX/$name.out")" 4 "$name: every rank prints its hash"
   assert_eq "$(hashes "$IT_PREFIX/$name.out" | wc -l)" 1 "$name: one hash on every rank"
@@ -30,7 +31,7 @@ assert_eq "$(hashes "$IT_PREFIX/train_hvd.out")" "$(hashes "$IT_PREFIX/train_ddp
 # Preemption: after step 4 rank 0 has `scancel --signal=USR1 -b` reach saker-run (the batch
 # shell), which forwards it; the ranks write an emergency checkpoint at the next step
 # boundary and exit; saker-run requeues; the requeued job resumes to the same hash.
-job=$(env SAKER_CKPT_DIR="$IT_PREFIX/ck-pre" SAKER_EXAMPLE_PREEMPT=4:scancel sbatch --parsable -p all -N2 \
+job=$(it_job env SAKER_CKPT_DIR="$IT_PREFIX/ck-pre" SAKER_EXAMPLE_PREEMPT=4:scancel sbatch --parsable -p all -N2 \
   --ntasks-per-node=2 --open-mode=append -o "$IT_PREFIX/pre.out" "$ex/train.sbatch" "$ex/train_hvd.py" --steps 10)
 assert_eq COMPLETED "$(it_job_wait "$job" 300)" "the preempted job is requeued and completes"
 text=$(cat "$IT_PREFIX/pre.out")

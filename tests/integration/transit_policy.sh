@@ -20,6 +20,7 @@ assert_contains "$IT_OUT" "transit: auth" "explain: the default for imagenet"
 
 it_cluster_up --nodes 2 --gpus-per-node 0 --cpus-per-node 2 --policy "$policy" \
   --partitions "cpu-ae=saker[1-2]"
+it_jobs_as_user
 scontrol update NodeName='saker[1-2]' AvailableFeatures=lustre-ae ActiveFeatures=lustre-ae >/dev/null
 selftest="$SAKER_BUILDDIR/tests/integration/comm_selftest"
 # All "nodes" share this machine: peers reach each other on loopback.

