@@ -5,6 +5,9 @@
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
 
+Horovod's elastic API is hvd.elastic (run, TorchState, ElasticSampler): commits persist,
+so that saker-run's restarts, at a new world size after a resize, resume from them.
+
 Importing this package also registers the ``saker`` backend of torch.distributed
 (``torch.distributed.init_process_group("saker")``). See saker-torch(7).
 """
@@ -22,7 +25,7 @@ from .collectives import (Average, Sum, Min, Max, Adasum, Product, Compression, 
                           allgather_object, barrier, join, global_process_set)
 from .optimizer import DistributedOptimizer, broadcast_parameters, broadcast_optimizer_state
 from .sync_batch_norm import SyncBatchNorm
-from . import backend, checkpoint
+from . import backend, checkpoint, elastic
 
 backend.register()
 

@@ -24,9 +24,9 @@ class HorovodInternalError(RuntimeError):
 
 
 class HostsUpdatedInterrupt(RuntimeError):
-    """Horovod's exception for hosts added or removed under elastic training. Saker never
-    raises it (saker-run restarts the whole step instead); it exists so that scripts
-    that catch it import and run unchanged."""
+    """Horovod's exception for hosts added or removed under elastic training: the
+    commit() of saker.torch.elastic raises it on every rank when saker-run asks for a
+    restart (a resize notice or a forwarded signal), and elastic.run() handles it."""
 
     def __init__(self, skip_sync=False):
         super().__init__("hosts updated")
