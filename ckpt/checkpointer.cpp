@@ -21,6 +21,7 @@
 #include "ckpt/manifest.hpp"
 #include "common/hash.hpp"
 #include "ckpt/partition.hpp"
+#include "ckpt/provenance.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "config.h"
@@ -195,6 +196,10 @@ struct Checkpointer::Impl {
   std::size_t arena_size = 0;
   State snapshot;
   std::vector<std::string> rejected;  // by the last load_latest
+  // Every checkpoint this Checkpointer loaded: the parents in the provenance of what it
+  // saves from then on (ckpt/provenance.hpp). Only rank 0 records them (it writes the record).
+  std::vector<provenance::Parent> parents;
+  void note_parent(const LoadReport& r, std::uint32_t rank);
 
   // Writes through `dir` (a pinned directory's /proc/self/fd/N); `shown` names it in reports.
   SaveReport write(const fs::path& dir, const fs::path& shown, const Options& options, const State& st);
@@ -253,6 +258,7 @@ SaveReport Checkpointer::Impl::write(const fs::path& dir, const fs::path& shown,
   meta.saker_version = PACKAGE_VERSION;
   meta.config = st.config;
   meta.lineage = st.lineage;
+  if (st.rank == 0) meta.provenance = provenance::encode(provenance::collect(parents));
   if (key) {
     meta.encryption = crypto::kCipherName;
     meta.key_id = key->id;
@@ -489,10 +495,24 @@ std::optional<SaveReport> Checkpointer::wait() {
   return SaveHandle(job).wait();
 }
 
+void Checkpointer::Impl::note_parent(const LoadReport& r, std::uint32_t rank) {
+  if (rank != 0) return;
+  try {
+    provenance::Parent p{provenance::file_sha256(r.file), r.state.run_id, r.state.step, r.file.string()};
+    for (const auto& q : parents)
+      if (q.sha256 == p.sha256) return;
+    parents.push_back(std::move(p));
+  } catch (const std::exception& e) {
+    log::warn(std::string("ckpt: the checkpoint just loaded cannot be hashed for the provenance of later saves: ") + e.what());
+  }
+}
+
 LoadReport Checkpointer::load(const fs::path& file, std::uint32_t rank, std::uint32_t world_size) {
   wait();
-  return load_checkpoint(file, rank, world_size, impl_->key ? &*impl_->key : nullptr,
-                         drop_read_cache(options_.read_cache, world_size));
+  LoadReport r = load_checkpoint(file, rank, world_size, impl_->key ? &*impl_->key : nullptr,
+                                 drop_read_cache(options_.read_cache, world_size));
+  impl_->note_parent(r, rank);
+  return r;
 }
 
 std::optional<LoadReport> Checkpointer::load_latest(std::uint32_t rank, std::uint32_t world_size) {
@@ -509,6 +529,7 @@ std::optional<LoadReport> Checkpointer::load_latest(std::uint32_t rank, std::uin
       LoadReport r = load_checkpoint(*it, rank, world_size, impl_->key ? &*impl_->key : nullptr,
                                      drop_read_cache(options_.read_cache, world_size));
       if (accept) accept(r);
+      impl_->note_parent(r, rank);
       r.rejected = rejected;
       log::info("ckpt: loaded " + it->string() + " (step " + std::to_string(r.state.step) +
                 (r.resharded ? ", resharded from world size " + std::to_string(r.saved_world_size) : std::string()) + ")");

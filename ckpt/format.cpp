@@ -161,6 +161,7 @@ manifest::Manifest write_file(const fs::path& path, const FileMeta& meta, const 
   m.lineage = format_lineage(meta.lineage);
   m.encryption = meta.encryption;
   m.key_id = meta.key_id;
+  if (shard.rank == 0) m.provenance = meta.provenance;
   for (const Tensor& t : shard.tensors) {
     manifest::Entry e;
     e.name = t.name;
@@ -331,6 +332,7 @@ Reader::Reader(const fs::path& file, bool drop_behind, const crypto::Key* key) :
   meta_.lineage = parse_lineage(m.lineage);
   meta_.encryption = m.encryption;
   meta_.key_id = m.key_id;
+  meta_.provenance = m.provenance;
 }
 
 Reader::~Reader() {

@@ -50,6 +50,7 @@ struct FileMeta {
   std::vector<DatasetVersion> lineage;
   std::string encryption = "none";
   std::string key_id;
+  std::string provenance;  // the main file's provenance record (ckpt/provenance.hpp); shards: ""
 };
 
 struct ShardOut {

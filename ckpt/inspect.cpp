@@ -50,6 +50,7 @@ CheckpointInfo describe(const fs::path& file) {
   info.lineage = m.lineage;
   info.encryption = m.encryption;
   info.key_id = m.key_id;
+  info.provenance = m.provenance;
   for (const fs::path& f : reader.files()) {
     std::error_code ec;
     const auto size = fs::file_size(f, ec);

@@ -246,6 +246,7 @@ std::string encode(const Manifest& m) {
     << "user_block " << m.user_block << '\n'
     << "file_size " << m.file_size << '\n'
     << "meta_xxh3 " << m.meta_xxh3 << '\n';
+  if (!m.provenance.empty()) o << "provenance " << escape(m.provenance) << '\n';
   for (const Entry& e : m.tensors) o << entry_line("tensor", e);
   o << entry_line("blob", m.rng_state) << entry_line("blob", m.data_cursor);
   for (const ShardRef& s : m.shards) o << "shard " << s.rank << ' ' << escape(s.file) << ' ' << s.manifest_xxh3 << '\n';
@@ -304,6 +305,10 @@ Manifest decode(const std::string& text, const std::string& where) {
   if (!is_hex(m.meta_xxh3, 32)) damaged(where, "bad meta_xxh3 in the manifest");
   if (m.encryption != "none" && m.encryption != crypto::kCipherName) damaged(where, "unknown encryption '" + m.encryption + "'");
   std::size_t i = kHeadLines;
+  if (lines[i][0] == "provenance") {
+    if (lines[i].size() != 2 || lines[i][1] == "%") damaged(where, "manifest line provenance is malformed");
+    m.provenance = unescape(lines[i++][1], where);
+  }
   for (; i < lines.size() && lines[i][0] == "tensor"; ++i) m.tensors.push_back(parse_entry(lines[i], where));
   if (i + 2 >= lines.size() || lines[i][0] != "blob" || lines[i + 1][0] != "blob") damaged(where, "the manifest lacks the blob lines");
   m.rng_state = parse_entry(lines[i], where);
@@ -326,7 +331,8 @@ std::uint64_t user_block_for(std::uint64_t estimate) {
 }
 
 std::uint64_t estimate(const Manifest& m, std::size_t shard_refs) {
-  std::uint64_t n = 1024 + 3 * (m.run_id.size() + m.config.size() + m.lineage.size() + m.saker_version.size() + m.key_id.size());
+  std::uint64_t n = 1024 + 3 * (m.run_id.size() + m.config.size() + m.lineage.size() + m.saker_version.size() + m.key_id.size() +
+                               m.provenance.size());
   for (const Entry& e : m.tensors) n += 3 * e.name.size() + 200 + 42 * (e.shape.size() + e.global_shape.size());
   n += 2 * 200 + shard_refs * (120 + 2 * 64);
   return n;

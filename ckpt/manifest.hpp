@@ -77,6 +77,9 @@ struct Manifest {
   std::uint64_t user_block = kMinUserBlock;
   std::uint64_t file_size = 0;
   std::string meta_xxh3;  // every byte outside the user block and the entries' bytes
+  // The main file's provenance record (ckpt/provenance.hpp), "" when none: an optional
+  // line after meta_xxh3, so the header checksum and GCM tag cover it.
+  std::string provenance;
   std::vector<Entry> tensors;
   Entry rng_state, data_cursor;
   std::vector<ShardRef> shards;  // main file only: ranks 1..world_size-1

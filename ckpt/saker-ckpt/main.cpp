@@ -4,6 +4,7 @@
 //   saker-ckpt show FILE
 //   saker-ckpt verify DIR|FILE... [--policy FILE]
 //   saker-ckpt prune DIR --keep K [--keep-every M]
+//   saker-ckpt provenance FILE [--verify --pubkey FILE [--search DIR]...]
 //
 // Exit codes: 0 success, 1 damage found (verify, ls), 2 bad usage, 3 cannot read/act,
 // 4 a checkpoint stored against the site policy (verify --policy).
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "ckpt/policy_guard.hpp"
+#include "ckpt/provenance_export.hpp"
 #include "common/error.hpp"
 #include "common/version.hpp"
 #include "common/log.hpp"
@@ -39,6 +41,7 @@ const char* kUsageText =
     "       saker-ckpt show FILE\n"
     "       saker-ckpt verify DIR|FILE... [--policy FILE] [--key FILE]\n"
     "       saker-ckpt prune DIR --keep K [--keep-every M] [--dry-run]\n"
+    "       saker-ckpt provenance FILE [--verify --pubkey FILE [--search DIR]...]\n"
     "\n"
     "ls      one line per committed checkpoint: step, creation time (UTC), size, shards and\n"
     "        status (ok, or DAMAGED and why). Checks every checksum unless --quick.\n"
@@ -54,9 +57,16 @@ const char* kUsageText =
     "        is a multiple of M, and removes the rest with their shard files. Damaged checkpoints\n"
     "        never count toward K; the newest verified one is always kept, and damaged ones newer\n"
     "        than it stay (nothing is removed when none verifies). --dry-run only shows the plan.\n"
+    "provenance  prints the checkpoint's provenance as an in-toto Statement v1 with a SLSA\n"
+    "        Provenance v1 predicate (subject: each file's SHA-256; dependencies: the enforced\n"
+    "        and --lineage datasets, the code, the parents; the site-signed job attestation\n"
+    "        inside). --verify --pubkey FILE checks the chain instead: every checksum, the\n"
+    "        attestation's signature under the site's public key, that the record agrees with\n"
+    "        it, and (with --search DIR) every parent, found there by digest.\n"
     "\n"
     "Progress goes to stderr when it is a terminal (or with --progress).\n"
-    "Exit codes: 0 success, 1 a damaged checkpoint was found, 2 bad usage, 3 cannot read or act,\n"
+    "Exit codes: 0 success, 1 a damaged checkpoint was found (provenance --verify: the chain does\n"
+    "not verify), 2 bad usage, 3 cannot read or act,\n"
     "4 (verify --policy) a checkpoint is stored against the site policy (and none is damaged).\n";
 
 std::string human_bytes(std::uint64_t n) {
@@ -284,6 +294,21 @@ int cmd_prune(const fs::path& dir, std::uint32_t keep, std::uint64_t keep_every,
 
 }  // namespace
 
+int cmd_provenance(const std::string& file, bool check, const std::string& pubkey_file,
+                   const std::vector<std::string>& search) {
+  if (!check) {
+    std::printf("%s\n", ck::provenance::statement_json(file).c_str());
+    return kOk;
+  }
+  const auto key = saker::provenance::read_public_key(pubkey_file);
+  const auto result = ck::provenance::verify_chain(file, key, {search.begin(), search.end()});
+  for (const auto& c : result.checked) std::printf("ok        %s\n", c.c_str());
+  for (const auto& p : result.problems) std::printf("FAILED    %s\n", p.c_str());
+  std::printf("%s: %zu checkpoint(s) verified against site key %s..., %zu problem(s)\n", result.ok() ? "verified" : "NOT VERIFIED",
+              result.checked.size(), key.key_id.substr(0, 16).c_str(), result.problems.size());
+  return result.ok() ? kOk : kDamaged;
+}
+
 int main(int argc, char** argv) {
   if (saker::print_version_if_asked(argc, argv, "saker-ckpt")) return 0;
   std::string command;
@@ -292,6 +317,9 @@ int main(int argc, char** argv) {
   std::uint64_t keep_every = 0;
   std::string policy_file, key_file;
   bool quick = false, dry_run = false, progress = ::isatty(STDERR_FILENO) != 0;
+  bool verify_chain = false;
+  std::string pubkey_file;
+  std::vector<std::string> search;
   po::options_description opts("Options");
   opts.add_options()("help,h", "show this help")("quick", po::bool_switch(&quick), "ls: skip checksum verification")(
       "progress", "verify, ls, prune: show progress on stderr even when it is not a terminal")(
@@ -299,7 +327,10 @@ int main(int argc, char** argv) {
       "keep-every", po::value(&keep_every), "prune: also keep steps that are multiples of M")(
       "dry-run", po::bool_switch(&dry_run), "prune: show what would be removed, remove nothing")(
       "policy", po::value(&policy_file), "verify: site policy (saker-policy.yaml(5)) the checkpoints must obey")(
-      "key", po::value(&key_file), "verify, ls: AES-256 key file; also checks authenticity and decryption, as a resume does");
+      "key", po::value(&key_file), "verify, ls: AES-256 key file; also checks authenticity and decryption, as a resume does")(
+      "verify", po::bool_switch(&verify_chain), "provenance: check the chain instead of printing it")(
+      "pubkey", po::value(&pubkey_file), "provenance --verify: the site's attestation public key (PEM)")(
+      "search", po::value(&search), "provenance --verify: a directory of checkpoints to find parents in (repeatable)");
   po::options_description all;
   all.add(opts).add_options()("command", po::value(&command))("target", po::value(&targets));
   po::positional_options_description pos;
@@ -319,12 +350,16 @@ int main(int argc, char** argv) {
   if (vm.count("progress") != 0u) progress = true;
   const bool one_target = targets.size() == 1;
   std::string problem;
-  if (command != "ls" && command != "show" && command != "verify" && command != "prune")
+  if (command != "ls" && command != "show" && command != "verify" && command != "prune" && command != "provenance")
     problem = command.empty() ? "no command given" : "unknown command '" + command + "'";
   else if (command == "verify" ? targets.empty() : !one_target)
     problem = command + " takes " + (command == "verify" ? "at least one" : "exactly one") + " DIR or FILE";
   else if (!policy_file.empty() && command != "verify")
     problem = "--policy only goes with verify";
+  else if ((verify_chain || !pubkey_file.empty() || !search.empty()) && command != "provenance")
+    problem = "--verify, --pubkey and --search go with provenance";
+  else if (command == "provenance" && verify_chain && pubkey_file.empty())
+    problem = "provenance --verify needs --pubkey FILE (the site's attestation public key)";
   else if (command == "prune" && keep == 0)
     problem = "prune needs --keep K with K >= 1";
   if (!problem.empty()) {
@@ -335,6 +370,7 @@ int main(int argc, char** argv) {
   try {
     if (command == "ls") return cmd_ls(targets[0], quick, progress, key_file);
     if (command == "show") return cmd_show(targets[0]);
+    if (command == "provenance") return cmd_provenance(targets[0], verify_chain, pubkey_file, search);
     if (command == "verify") {
       std::shared_ptr<const ck::PolicyGuard> guard;
       if (!policy_file.empty()) guard = ck::PolicyGuard::from_file(policy_file);

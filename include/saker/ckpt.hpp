@@ -298,6 +298,7 @@ struct CheckpointInfo {
   std::string key_id;      // fingerprint of the key (never the key)
   std::uint64_t bytes = 0;  // all files of the checkpoint on disk
   std::vector<TensorInfo> tensors;
+  std::string provenance;  // the provenance record (saker-ckpt(5)), "" in older checkpoints
 };
 
 // Reads metadata only (no checksums). Throws saker::Error when the file is not a readable

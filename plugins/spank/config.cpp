@@ -5,7 +5,7 @@
 namespace saker::spank {
 namespace {
 
-const std::string kAcceptedKeys = std::string("accepted: policy=FILE, gpu-affinity=auto|none|explain, omp-bind=none|close|spread, topology=FILE, strict, state-dir=DIR, ") + kTelemetryKeys;
+const std::string kAcceptedKeys = std::string("accepted: policy=FILE, gpu-affinity=auto|none|explain, omp-bind=none|close|spread, topology=FILE, strict, state-dir=DIR, attest-key=FILE, attest-dir=DIR, attest-audit-log=FILE, ") + kTelemetryKeys;
 
 std::string need_value(const std::string& arg, const std::string& key, const std::string& value,
                        const std::string& example) {
@@ -45,6 +45,12 @@ Config parse_config(const std::vector<std::string>& args) {
       config.topology_path = need_value(arg, key, value, "topology=/var/spool/slurmd/saker-topology.xml");
     } else if (key == "state-dir") {
       config.state_dir = need_value(arg, key, value, "state-dir=/var/spool/saker");
+    } else if (key == "attest-key") {
+      config.attest_key = need_value(arg, key, value, "attest-key=/etc/slurm/saker-attest.key");
+    } else if (key == "attest-dir") {
+      config.attest_dir = need_value(arg, key, value, "attest-dir=/var/spool/saker-attest");
+    } else if (key == "attest-audit-log") {
+      config.attest_audit_log = need_value(arg, key, value, "attest-audit-log=/var/log/slurm/saker-audit.log");
     } else if (key == "strict") {
       if (eq != std::string::npos)
         throw Error(explain("plugstack.conf: bad argument '" + arg + "'", "strict is a flag and takes no value",

@@ -29,6 +29,14 @@ struct Config {
   // writes and the launch audit log (DIR/NODE/...; see node_record.hpp).
   std::string state_dir = "/var/spool/saker";
   TelemetryConfig telemetry;  // telemetry*= keys (telemetry_config.hpp)
+  // Job attestation (attestation_hook.hpp). attest-key=FILE: the site's Ed25519 private key
+  // (root-only); empty: no attestation. attest-dir=DIR: where each step's signed attestation
+  // is written for its tasks (DIR/NODE/, traversable, not listable). attest-audit-log=FILE:
+  // the audit log whose sealed head the attestation states (default: the node's launch
+  // audit log under state-dir).
+  std::string attest_key;
+  std::string attest_dir = "/var/spool/saker-attest";
+  std::string attest_audit_log;
 };
 
 // Parses the plugstack arguments. Throws saker::Error naming the bad argument and

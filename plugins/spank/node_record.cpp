@@ -37,7 +37,11 @@ std::string format_node_record(const NodeRecord& r) {
          "verdict=" + one_line(r.verdict) + "\n" +
          "verdict_message=" + one_line(r.verdict_message) + "\n" +
          "policy_id=" + one_line(r.policy_id) + "\n" +
-         "transit=" + one_line(r.transit) + "\n";
+         "transit=" + one_line(r.transit) + "\n" +
+         "partition=" + one_line(r.partition) + "\n" +
+         "nodes=" + one_line(r.nodes) + "\n" +
+         "zone=" + one_line(r.zone) + "\n" +
+         "policy_revision=" + one_line(r.policy_revision) + "\n";
 }
 
 // Plain string splitting, not std::istringstream: every task start reads a record, and
@@ -72,13 +76,19 @@ NodeRecord parse_node_record(const std::string& text) {
     else if (key == "verdict_message") r.verdict_message = value;
     else if (key == "policy_id") r.policy_id = value;
     else if (key == "transit") r.transit = value;
+    else if (key == "partition") r.partition = value;
+    else if (key == "nodes") r.nodes = value;
+    else if (key == "zone") r.zone = value;
+    else if (key == "policy_revision") r.policy_revision = value;
     else throw Error("node record: unknown key '" + std::string(key) + "'");
   }
   // A record of the previous format (9 fields, no transit) was written by the prolog of a
   // job that started before an upgrade: its cached verdict says nothing of transit, so
   // drop it and let the step check the policy itself.
   if (seen == 9 && r.transit.empty()) r.verdict.clear(), r.verdict_message.clear(), r.policy_id.clear();
-  else if (seen != 10) throw Error("node record: " + std::to_string(seen) + " fields, expected 10 (a truncated file?)");
+  // 10 fields: a record of the release before the attestation's four (partition, nodes,
+  // zone, policy_revision), which then stay empty.
+  else if (seen != 10 && seen != 14) throw Error("node record: " + std::to_string(seen) + " fields, expected 14 (a truncated file?)");
   return r;
 }
 

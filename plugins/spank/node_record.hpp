@@ -35,6 +35,10 @@ struct NodeRecord {
   // "encrypt" when the verdict's datasets demand encrypted transit (a classification's
   // transit: encrypt), else "".
   std::string transit;
+  // For the job attestation (attestation_hook.hpp), from the prolog's environment and the
+  // policy, as root: SLURM_JOB_PARTITION, SLURM_JOB_NODELIST, this node's zone and the
+  // policy's revision. Empty in a record an older prolog wrote.
+  std::string partition, nodes, zone, policy_revision;
 };
 
 // The identity of a policy file for the cache above ("" when it cannot be stat()ed).

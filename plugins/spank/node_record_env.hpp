@@ -13,6 +13,10 @@ NodeRecord node_record_from_env(std::uint32_t job_id, Getenv get) {
   if (const char* v = get("SLURM_JOB_UID")) r.uid = static_cast<std::uint32_t>(std::strtoul(v, nullptr, 10));
   if (const char* v = get("SLURM_JOB_USER")) r.user = v;
   if (const char* v = get("SLURM_JOB_ACCOUNT")) r.account = v;
+  if (const char* v = get("SLURM_JOB_PARTITION")) r.partition = v;
+  // Slurm 22.05's prolog gets SLURM_NODELIST; later releases also SLURM_JOB_NODELIST.
+  if (const char* v = get("SLURM_JOB_NODELIST")) r.nodes = v;
+  else if (const char* w = get("SLURM_NODELIST")) r.nodes = w;
   if (const char* v = get("SPANK_SAKER_DATASETS")) {
     try {
       r.datasets = policy::parse_dataset_list(v);

@@ -75,14 +75,27 @@ int residency_record_job(const Config& config) {
   const auto job_id = static_cast<std::uint32_t>(std::strtoul(id, nullptr, 10));
   try {
     NodeRecord r = node_record_from_env(job_id, [](const char* k) { return std::getenv(k); });
-    if (r.problem.empty() && !r.datasets.empty() && !config.policy_path.empty()) {
-      // Once per job per node: the check every step that declares nothing more reuses.
+    const bool check = r.problem.empty() && !r.datasets.empty();
+    if ((check || !config.attest_key.empty()) && !config.policy_path.empty()) {
+      // Once per job per node: the check every step that declares nothing more reuses,
+      // and the zone and policy revision every step's attestation states.
       r.policy_id = policy_file_id(config.policy_path);
-      const LaunchIdentity who{r.uid, r.user, plugins::identity_of(r.uid).groups, r.account};
-      const ResidencyVerdict v = check_residency(config.policy_path, node, r.datasets, who);
-      r.verdict = v.refuse ? "deny" : "allow";
-      r.verdict_message = v.message;
-      r.transit = v.encrypt_transit ? "encrypt" : "";
+      ResidencyVerdict v;
+      try {
+        const policy::PolicyPtr p = policy::Policy::load_file(config.policy_path);
+        r.zone = p->zone_of_node(node).value_or("");
+        r.policy_revision = p->revision();
+        const LaunchIdentity who{r.uid, r.user, plugins::identity_of(r.uid).groups, r.account};
+        if (check) v = check_residency(*p, node, r.datasets, who);
+      } catch (const std::exception&) {
+        // The same refusal text the path-taking check gives for a policy that does not load.
+        if (check) v = check_residency(config.policy_path, node, r.datasets, LaunchIdentity{r.uid, r.user, {}, r.account});
+      }
+      if (check) {
+        r.verdict = v.refuse ? "deny" : "allow";
+        r.verdict_message = v.message;
+        r.transit = v.encrypt_transit ? "encrypt" : "";
+      }
     }
     write_node_record(node_record_path(config.state_dir, node, job_id), r);
   } catch (const std::exception& e) {

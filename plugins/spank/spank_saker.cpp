@@ -9,7 +9,9 @@
 // (job_key.hpp).
 //
 // Remote context (slurmstepd): the node's topology is loaded once per step and each
-// task is bound to its GPU, cores, NUMA node and NICs (affinity_step.hpp).
+// task is bound to its GPU, cores, NUMA node and NICs (affinity_step.hpp); with
+// attest-key=, the step's attestation is signed and handed to its tasks
+// (attestation_hook.hpp).
 #include <string>
 #include <vector>
 
@@ -22,6 +24,7 @@ extern "C" {
 #include "common/version.hpp"
 #include "plugins/c_boundary.hpp"
 #include "plugins/spank/affinity_step.hpp"
+#include "plugins/spank/attestation_hook.hpp"
 #include "plugins/spank/config.hpp"
 #include "plugins/spank/job_key.hpp"
 #include "plugins/spank/residency_hook.hpp"
@@ -145,6 +148,7 @@ extern "C" int slurm_spank_init_post_opt(spank_t sp, int /*argc*/, char** /*argv
         return record_datasets(sp);
       case S_CTX_REMOTE:
         saker::spank::residency_prepare(sp, g_state.config, g_state.datasets);
+        saker::spank::attest_step(sp, g_state.config);
         saker::spank::telemetry_start(sp, g_state.config);
         return saker::spank::affinity_prepare_step(sp, g_state.config);
       default:
@@ -172,7 +176,9 @@ extern "C" int slurm_spank_job_prolog(spank_t /*sp*/, int argc, char** argv) {
 extern "C" int slurm_spank_job_epilog(spank_t /*sp*/, int argc, char** argv) {
   return saker::plugin::guarded("slurm_spank_job_epilog", 0, [&] {
     try {
-      return saker::spank::residency_forget_job(saker::spank::parse_config(plugin_args(argc, argv)));
+      const saker::spank::Config config = saker::spank::parse_config(plugin_args(argc, argv));
+      saker::spank::attest_forget_job(config);
+      return saker::spank::residency_forget_job(config);
     } catch (const saker::Error&) {
       return 0;
     }
@@ -185,6 +191,7 @@ extern "C" int slurm_spank_task_init(spank_t sp, int /*argc*/, char** /*argv*/) 
   return saker::plugin::guarded("slurm_spank_task_init", -1, [&] {
     if (const int rc = saker::spank::residency_enforce(sp); rc != 0) return rc;
     if (const int rc = export_policy_path(sp); rc != 0) return rc;
+    saker::spank::attest_task_init(sp);
     saker::spank::telemetry_task_init(sp);
     return saker::spank::affinity_task_init(sp, g_state.config);
   });

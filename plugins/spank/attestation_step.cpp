@@ -1,0 +1,106 @@
+#include "plugins/spank/attestation_step.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+extern "C" {
+#include <slurm/slurm.h>
+}
+
+#include "common/error.hpp"
+#include "policies/audit_head.hpp"
+
+namespace saker::spank {
+
+std::string step_name(std::uint32_t step_id) {
+  switch (step_id) {
+    case SLURM_BATCH_SCRIPT: return "batch";
+    case SLURM_EXTERN_CONT: return "extern";
+    case SLURM_INTERACTIVE_STEP: return "interactive";
+    default: return std::to_string(step_id);
+  }
+}
+
+std::string audit_head_text(const std::string& log_path) {
+  if (log_path.empty()) return "";
+  std::string problem;
+  // No key: the nodes hold none (launch_audit.hpp); the head is stated as found.
+  const auto head = policy::audit::read_head(log_path, "", problem);
+  return head ? std::to_string(head->last_id) + ":" + head->last_hash : "";
+}
+
+provenance::Attestation build_attestation(const StepIds& ids, const NodeRecord& record, const std::string& node,
+                                          const std::string& audit_log, std::int64_t now_unix) {
+  provenance::Attestation a;
+  a.job_id = std::to_string(ids.job_id);
+  a.step_id = step_name(ids.step_id);
+  if (ids.array_job_id != 0 && ids.array_job_id != ids.job_id) {
+    a.array_job_id = std::to_string(ids.array_job_id);
+    a.array_task_id = std::to_string(ids.array_task_id);
+  }
+  a.user = record.user;
+  a.uid = record.uid;
+  a.account = record.account;
+  a.partition = record.partition;
+  a.zone = record.zone;
+  a.nodes = record.nodes;
+  a.node = node;
+  a.time_unix = now_unix;
+  // The policy's registry holds versions but no content digests yet: digest stays "".
+  for (const policy::DatasetRef& d : record.datasets) a.datasets.push_back({d.name, d.version, record.policy_revision, ""});
+  a.audit_log = audit_log;
+  a.audit_head = audit_head_text(audit_log);
+  return a;
+}
+
+std::string attestation_path(const std::string& dir, const std::string& node, std::uint32_t job_id, const std::string& step) {
+  // node_record_path checks the node name (no '/', no "..").
+  const std::string record = node_record_path(dir, node, job_id);
+  return record + "." + step + ".att";
+}
+
+std::string write_attestation_file(const std::string& path, const std::string& text, std::uint32_t gid) {
+  const std::string node_dir = path.substr(0, path.rfind('/'));
+  const std::string dir = node_dir.substr(0, node_dir.rfind('/'));
+  for (const std::string& d : {dir, node_dir}) {
+    if (::mkdir(d.c_str(), 0711) != 0 && errno != EEXIST) return "cannot create " + d + ": " + std::strerror(errno);
+    struct stat st {};
+    // A directory someone else made (or a link to one) could let them swap the file.
+    if (::lstat(d.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 022) != 0)
+      return d + " is not a directory of uid " + std::to_string(::geteuid()) +
+             " that only it may write; remove it (spank_saker.so makes it again)";
+  }
+  const std::string tmp = path + ".tmp" + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0400);
+  if (fd < 0) return "cannot create " + tmp + ": " + std::strerror(errno);
+  bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  ok = ok && ::fchown(fd, ::geteuid(), gid) == 0 && ::fchmod(fd, 0440) == 0;
+  const int err = errno;
+  ::close(fd);
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = ok ? errno : err;
+    ::unlink(tmp.c_str());
+    return "cannot write " + path + ": " + std::strerror(e);
+  }
+  return "";
+}
+
+int remove_job_attestations(const std::string& dir, const std::string& node, std::uint32_t job_id) {
+  const std::string record = node_record_path(dir, node, job_id);
+  const std::string node_dir = record.substr(0, record.rfind('/'));
+  const std::string prefix = record.substr(record.rfind('/') + 1) + ".";
+  DIR* d = ::opendir(node_dir.c_str());
+  if (d == nullptr) return 0;
+  int removed = 0;
+  while (const dirent* e = ::readdir(d))
+    if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) == 0 && ::unlinkat(::dirfd(d), e->d_name, 0) == 0) ++removed;
+  ::closedir(d);
+  return removed;
+}
+
+}  // namespace saker::spank

@@ -1,0 +1,49 @@
+// The job attestation's facts and file, on the node (no SPANK calls here, so unit tests
+// run it): spank_saker.so signs one per step per node (attestation_hook.hpp).
+//
+// Where each fact comes from, and why the task cannot bend it:
+//  - job, step and array ids: slurmstepd's own items (spank_get_item), not the task env;
+//  - user, uid, account, partition, nodes and the datasets: the node record the job
+//    prolog wrote as root from what slurmctld sent (node_record.hpp): the datasets are the
+//    list job_submit judged and admitted, never what the task's environment or an srun
+//    flag of the step declares;
+//  - zone and policy revision: the site policy, read by the prolog as root;
+//  - the audit-log head: the sealed head of a root-only log (policies/audit_head.hpp).
+// The file goes into DIR/NODE/ (root's, mode 0711: reachable, not listable), owned by root,
+// mode 0440 and group the job's: its tasks read it, nobody but root writes it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "plugins/spank/node_record.hpp"
+#include "provenance/attestation.hpp"
+
+namespace saker::spank {
+
+struct StepIds {
+  std::uint32_t job_id = 0, step_id = 0;
+  std::uint32_t array_job_id = 0, array_task_id = 0;  // 0: not an array task
+};
+
+// "0", "1", ..., "batch", "extern", "interactive" (Slurm's names for its special steps).
+std::string step_name(std::uint32_t step_id);
+
+// The audit head as "ID:HASH", or "" when the log has no readable head.
+std::string audit_head_text(const std::string& log_path);
+
+provenance::Attestation build_attestation(const StepIds& ids, const NodeRecord& record, const std::string& node,
+                                          const std::string& audit_log, std::int64_t now_unix);
+
+// DIR/NODE/job-J.S.att (NODE and the ids checked like node_record_path).
+std::string attestation_path(const std::string& dir, const std::string& node, std::uint32_t job_id, const std::string& step);
+
+// Writes `text` atomically at `path` (creating DIR and DIR/NODE 0711 as needed), owned by
+// uid 0 (or the caller's uid when not root: tests) and `gid`, mode 0440. Returns "" or the
+// problem.
+std::string write_attestation_file(const std::string& path, const std::string& text, std::uint32_t gid);
+
+// The job epilog's clean-up: every DIR/NODE/job-J.* file. Returns how many were removed.
+int remove_job_attestations(const std::string& dir, const std::string& node, std::uint32_t job_id);
+
+}  // namespace saker::spank

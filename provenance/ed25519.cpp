@@ -1,0 +1,114 @@
+#include "provenance/ed25519.hpp"
+
+#include <dlfcn.h>
+
+#include "common/error.hpp"
+
+namespace saker::provenance::ed25519 {
+namespace {
+
+// OpenSSL's C ABI (openssl/evp.h, stable across 1.1.1 and 3.x); opaque pointers only.
+using Pkey = void;
+using MdCtx = void;
+constexpr int kEvpPkeyEd25519 = 1087;  // NID_ED25519
+
+struct Api {
+  Pkey* (*new_raw_private)(int, void*, const unsigned char*, std::size_t);
+  Pkey* (*new_raw_public)(int, void*, const unsigned char*, std::size_t);
+  int (*get_raw_public)(const Pkey*, unsigned char*, std::size_t*);
+  void (*pkey_free)(Pkey*);
+  MdCtx* (*ctx_new)();
+  void (*ctx_free)(MdCtx*);
+  int (*sign_init)(MdCtx*, void**, const void*, void*, Pkey*);
+  int (*sign)(MdCtx*, unsigned char*, std::size_t*, const unsigned char*, std::size_t);
+  int (*verify_init)(MdCtx*, void**, const void*, void*, Pkey*);
+  int (*verify)(MdCtx*, const unsigned char*, std::size_t, const unsigned char*, std::size_t);
+  std::string problem;  // non-empty: unusable
+};
+
+template <typename F>
+void bind(void* lib, const char* name, F& slot, std::string& problem) {
+  slot = reinterpret_cast<F>(::dlsym(lib, name));
+  if (slot == nullptr && problem.empty()) problem = std::string("libcrypto lacks ") + name;
+}
+
+Api load() {
+  Api a{};
+  void* lib = nullptr;
+  for (const char* name : {"libcrypto.so.3", "libcrypto.so.1.1", "libcrypto.so"})
+    if ((lib = ::dlopen(name, RTLD_NOW | RTLD_LOCAL)) != nullptr) break;
+  if (lib == nullptr) {
+    const char* why = ::dlerror();
+    a.problem = std::string("cannot load OpenSSL's libcrypto: ") + (why ? why : "not found");
+    return a;
+  }
+  bind(lib, "EVP_PKEY_new_raw_private_key", a.new_raw_private, a.problem);
+  bind(lib, "EVP_PKEY_new_raw_public_key", a.new_raw_public, a.problem);
+  bind(lib, "EVP_PKEY_get_raw_public_key", a.get_raw_public, a.problem);
+  bind(lib, "EVP_PKEY_free", a.pkey_free, a.problem);
+  bind(lib, "EVP_MD_CTX_new", a.ctx_new, a.problem);
+  bind(lib, "EVP_MD_CTX_free", a.ctx_free, a.problem);
+  bind(lib, "EVP_DigestSignInit", a.sign_init, a.problem);
+  bind(lib, "EVP_DigestSign", a.sign, a.problem);
+  bind(lib, "EVP_DigestVerifyInit", a.verify_init, a.problem);
+  bind(lib, "EVP_DigestVerify", a.verify, a.problem);
+  return a;
+}
+
+const Api& api() {
+  static const Api a = load();
+  if (!a.problem.empty())
+    throw Error(explain("Ed25519", a.problem, "install OpenSSL 1.1.1 or later (Debian: libssl3)"));
+  return a;
+}
+
+// Owns an EVP_PKEY and an EVP_MD_CTX for one operation.
+struct Op {
+  const Api& a;
+  Pkey* key = nullptr;
+  MdCtx* ctx = nullptr;
+  explicit Op(const Api& api) : a(api) {}
+  ~Op() {
+    if (ctx) a.ctx_free(ctx);
+    if (key) a.pkey_free(key);
+  }
+  Op(const Op&) = delete;
+  Op& operator=(const Op&) = delete;
+};
+
+}  // namespace
+
+PublicKey public_of(const Seed& seed) {
+  Op op(api());
+  op.key = op.a.new_raw_private(kEvpPkeyEd25519, nullptr, seed.data(), seed.size());
+  PublicKey pub{};
+  std::size_t len = pub.size();
+  if (op.key == nullptr || op.a.get_raw_public(op.key, pub.data(), &len) != 1 || len != pub.size())
+    throw Error(explain("Ed25519", "libcrypto refused the private key", "make a new one: openssl genpkey -algorithm ed25519"));
+  return pub;
+}
+
+Signature sign(const Seed& seed, std::string_view message) {
+  Op op(api());
+  op.key = op.a.new_raw_private(kEvpPkeyEd25519, nullptr, seed.data(), seed.size());
+  op.ctx = op.a.ctx_new();
+  Signature sig{};
+  std::size_t len = sig.size();
+  if (op.key == nullptr || op.ctx == nullptr || op.a.sign_init(op.ctx, nullptr, nullptr, nullptr, op.key) != 1 ||
+      op.a.sign(op.ctx, sig.data(), &len, reinterpret_cast<const unsigned char*>(message.data()), message.size()) != 1 ||
+      len != sig.size())
+    throw Error(explain("Ed25519", "libcrypto could not sign", "check the key with: openssl pkey -in KEY -noout"));
+  return sig;
+}
+
+bool verify(const PublicKey& key, std::string_view message, const Signature& signature) {
+  Op op(api());
+  op.key = op.a.new_raw_public(kEvpPkeyEd25519, nullptr, key.data(), key.size());
+  op.ctx = op.a.ctx_new();
+  if (op.key == nullptr || op.ctx == nullptr || op.a.verify_init(op.ctx, nullptr, nullptr, nullptr, op.key) != 1)
+    throw Error(explain("Ed25519", "libcrypto refused the public key", "give the site's public key in PEM"));
+  return op.a.verify(op.ctx, signature.data(), signature.size(), reinterpret_cast<const unsigned char*>(message.data()),
+                     message.size()) == 1;
+}
+
+}  // namespace saker::provenance::ed25519

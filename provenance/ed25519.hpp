@@ -1,0 +1,25 @@
+// Ed25519 signatures through OpenSSL's EVP interface, loaded with dlopen on first use.
+//
+// Why dlopen and not a link: spank_saker.so signs inside slurmstepd, which Slurm starts
+// afresh for every step on every node. Linking libcrypto would load and relocate it in
+// every slurmstepd of every site, also where no attestation key is configured; that was
+// most of the plugin's step-launch cost once (common/sha256.hpp). Loaded on demand, only
+// a step that signs pays for it. Programs that already link libcrypto get the same copy.
+#pragma once
+
+#include <array>
+#include <string>
+#include <string_view>
+
+namespace saker::provenance::ed25519 {
+
+using Seed = std::array<unsigned char, 32>;       // the private key (RFC 8032 seed)
+using PublicKey = std::array<unsigned char, 32>;
+using Signature = std::array<unsigned char, 64>;
+
+// Each throws saker::Error when libcrypto cannot be loaded or refuses the key.
+PublicKey public_of(const Seed& seed);
+Signature sign(const Seed& seed, std::string_view message);
+bool verify(const PublicKey& key, std::string_view message, const Signature& signature);
+
+}  // namespace saker::provenance::ed25519

@@ -1,0 +1,38 @@
+// The site's attestation key files, in the PEM forms OpenSSL writes:
+//   openssl genpkey -algorithm ed25519 -out /etc/slurm/saker-attest.key   (PKCS#8, "PRIVATE KEY")
+//   openssl pkey -in /etc/slurm/saker-attest.key -pubout -out saker-attest.pub  ("PUBLIC KEY")
+//
+// The private key signs every job attestation, so whoever reads it can forge them: it is
+// refused unless it is a regular file owned by root that neither group nor others may
+// read or write (the error names the file, its owner and mode, and the fix).
+#pragma once
+
+#include <string>
+
+#include "provenance/ed25519.hpp"
+
+namespace saker::provenance {
+
+struct SiteKey {
+  ed25519::Seed seed{};
+  ed25519::PublicKey pub{};
+  std::string key_id;  // hex SHA-256 of the raw public key
+};
+
+// `owner_uid`: the owner the file must have (0 in slurmstepd; tests pass their own uid).
+// Throws saker::Error naming the file.
+SiteKey read_site_key(const std::string& path, unsigned owner_uid = 0);
+// Parses PEM text (no file checks). Throws saker::Error naming `where`.
+SiteKey parse_private_pem(const std::string& pem, const std::string& where);
+
+struct PublicSiteKey {
+  ed25519::PublicKey pub{};
+  std::string key_id;
+};
+PublicSiteKey read_public_key(const std::string& path);  // throws saker::Error naming the file
+PublicSiteKey parse_public_pem(const std::string& pem, const std::string& where);
+
+// The key id of a raw public key.
+std::string key_id_of(const ed25519::PublicKey& pub);
+
+}  // namespace saker::provenance

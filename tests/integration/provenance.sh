@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# Job attestations and checkpoint provenance through real Slurm (issue 30): spank_saker.so
+# signs each step's attestation with the site's Ed25519 key in slurmstepd; the task reads it
+# (SAKER_ATTESTATION) but cannot write, replace or forge it; every checkpoint libsaker_ckpt
+# writes carries it; saker-ckpt provenance prints the in-toto/SLSA statement and --verify
+# checks the chain against the public key. The job's user (saker-alice) and a second user
+# (saker-mallory) attack it.
+source "$(dirname "$0")/lib.sh"
+it_require_root
+it_tmpdir
+WRITER=$SAKER_BUILDDIR/tests/integration/ckpt_writer
+CKPT=$SAKER_BUILDDIR/ckpt/saker-ckpt/saker-ckpt
+for f in "$WRITER" "$CKPT"; do
+  [[ -x $f ]] || { echo "SKIP: $IT_NAME needs $f (make tests/integration/ckpt_writer ckpt/saker-ckpt/saker-ckpt)" >&2; exit 77; }
+done
+ALICE=saker-alice MALLORY=saker-mallory
+for u in $ALICE $MALLORY; do
+  id -u "$u" >/dev/null 2>&1 || useradd -M -s /usr/sbin/nologin "$u" || { echo "SKIP: cannot create $u" >&2; exit 77; }
+done
+
+# The site key: root's, 0600. Its public half is what anyone verifies with.
+keys=$IT_TMP/keys
+mkdir -m 0700 "$keys"
+openssl genpkey -algorithm ed25519 -out "$keys/site.key" 2>/dev/null && chmod 0600 "$keys/site.key"
+openssl pkey -in "$keys/site.key" -pubout -out "$IT_TMP/site.pub" 2>/dev/null
+openssl genpkey -algorithm ed25519 -out "$IT_TMP/forger.key" 2>/dev/null
+chmod 0644 "$IT_TMP/forger.key" "$IT_TMP/site.pub"
+
+policy=$IT_TMP/policy.yaml
+cp "$SAKER_SRCDIR/tests/data/policy/two_zones.yaml" "$policy"
+it_cluster_up --nodes 2 --gpus-per-node 0 --cpus-per-node 2 --policy "$policy" \
+  --partitions "cpu-ae=saker[1-2]" --spank-args "attest-key=$keys/site.key attest-dir=$IT_TMP/attest"
+scontrol update NodeName='saker[1-2]' AvailableFeatures=lustre-ae ActiveFeatures=lustre-ae >/dev/null
+it_jobs_as_user
+work=$IT_PREFIX/work
+mkdir -p "$work" && chown $ALICE: "$work" && chmod 0700 "$work"
+job_out() { cat "$IT_PREFIX/prov-$1.out" 2>/dev/null; }
+
+# --- a step gets its attestation; what it states came from slurmctld, not from the task.
+assert_rc 0 "a step of a job on imagenet@2012 runs" -- \
+  srun -p cpu-ae --dataset=imagenet@2012 -N1 -n1 bash -c 'echo "path=$SAKER_ATTESTATION"; cat "$SAKER_ATTESTATION"'
+att_path=$(sed -n 's/^path=//p' <<<"$IT_OUT")
+assert_contains "$att_path" "$IT_TMP/attest/saker" "SAKER_ATTESTATION names the node's attestation directory"
+assert_contains "$IT_OUT" "saker-attestation 1" "the task can read its attestation"
+payload=$(sed -n 's/^payload //p' <<<"$IT_OUT" | base64 -d)
+assert_contains "$payload" "user=$ALICE" "it states the job's user"
+assert_contains "$payload" "partition=cpu-ae" "... the partition"
+assert_contains "$payload" "zone=ae" "... the node's zone"
+assert_contains "$payload" "dataset=imagenet	2012	" "... and the admitted dataset with the policy's revision"
+
+# --- the job's datasets come from what job_submit admitted, not from the step's flags.
+assert_rc 0 "a step declaring another dataset on srun inside an allocation" -- \
+  salloc -p cpu-ae --dataset=imagenet@2012 -N1 srun --dataset=imagenet@2011 bash -c 'base64 -d <<<"$(sed -n "s/^payload //p" "$SAKER_ATTESTATION")"'
+assert_contains "$IT_OUT" "dataset=imagenet	2012" "the attestation names the admitted dataset"
+assert_not_contains "$IT_OUT" "imagenet	2011" "and not what the step declared by flag"
+
+# --- attacks from inside the job (the job's user).
+assert_rc 0 "the task tries to rewrite, replace and list its attestation" -- \
+  srun -p cpu-ae -N1 -n1 bash -c 'echo x >>"$SAKER_ATTESTATION" && echo WROTE; mv "$SAKER_ATTESTATION" /tmp/x 2>/dev/null && echo MOVED;
+    echo x >"$(dirname "$SAKER_ATTESTATION")/job-1.0.att" 2>/dev/null && echo PLANTED; ls "$(dirname "$SAKER_ATTESTATION")" >/dev/null 2>&1 && echo LISTED;
+    stat -c "%U %a" "$SAKER_ATTESTATION"; true'
+assert_not_contains "$IT_OUT" "WROTE" "the task cannot write its attestation"
+assert_not_contains "$IT_OUT" "MOVED" "... nor move it away"
+assert_not_contains "$IT_OUT" "PLANTED" "... nor plant another in the directory"
+assert_not_contains "$IT_OUT" "LISTED" "... nor list other jobs' attestations"
+assert_contains "$IT_OUT" "root 440" "it is root's, mode 0440"
+
+# --- checkpoints carry it: a run, its resume, and a fine-tune in another job.
+ckdir=$work/run1
+job1=$(sbatch --parsable -p cpu-ae --dataset=imagenet@2012 -o "$IT_PREFIX/prov-%j.out" \
+  --wrap "srun $WRITER $ckdir 10 --lineage extra@1 && srun $WRITER $ckdir 20")
+assert_eq COMPLETED "$(it_job_wait "$job1" 60)" "job $job1 saves two checkpoints"
+job2=$(sbatch --parsable -p cpu-ae --dataset=imagenet@2012 -o "$IT_PREFIX/prov-%j.out" --wrap "srun $WRITER $ckdir 30 --resume")
+assert_eq COMPLETED "$(it_job_wait "$job2" 60)" "job $job2 resumes from the newest and saves"
+job3=$(sbatch --parsable -p cpu-ae --dataset=imagenet@2012 -o "$IT_PREFIX/prov-%j.out" \
+  --wrap "srun $WRITER $work/finetune 1 --from $ckdir/ckpt-000000000020.h5")
+assert_eq COMPLETED "$(it_job_wait "$job3" 60)" "job $job3 fine-tunes from job $job1's checkpoint"
+c10=$ckdir/ckpt-000000000010.h5 c20=$ckdir/ckpt-000000000020.h5 c30=$ckdir/ckpt-000000000030.h5
+ft=$work/finetune/ckpt-000000000001.h5
+
+assert_rc 0 "saker-ckpt provenance prints the statement" -- "$CKPT" provenance "$c10"
+st=$IT_OUT
+assert_rc 0 "it is JSON" -- python3 -c 'import json,sys; json.loads(sys.argv[1])' "$st"
+assert_contains "$st" '"_type":"https://in-toto.io/Statement/v1"' "an in-toto Statement v1"
+assert_contains "$st" '"predicateType":"https://slsa.dev/provenance/v1"' "with a SLSA Provenance v1 predicate"
+assert_contains "$st" "\"sha256\":\"$(sha256sum "$c10" | cut -d' ' -f1)\"" "the subject is the checkpoint's SHA-256"
+assert_contains "$st" "\"jobId\":\"$job1\"" "the attested job"
+assert_contains "$st" '"name":"dataset:imagenet@2012","uri":"saker-dataset:imagenet@2012","annotations":{"enforced":true' \
+  "the enforced dataset"
+assert_contains "$st" '"name":"dataset:extra@1","uri":"saker-dataset:extra@1","annotations":{"enforced":false' \
+  "the --lineage dataset, apart"
+assert_contains "$st" "\"name\":\"code:$WRITER\"" "the code"
+assert_rc 0 "the resume names its parent" -- "$CKPT" provenance "$c30"
+assert_contains "$IT_OUT" "\"sha256\":\"$(sha256sum "$c20" | cut -d' ' -f1)\"},\"annotations\":{\"runId\"" "by the digest of step 20"
+assert_contains "$IT_OUT" "\"jobId\":\"$job2\"" "and its own job"
+
+for c in "$c10" "$c20" "$c30" "$ft"; do
+  assert_rc 0 "$(basename "$(dirname "$c")")/$(basename "$c") verifies against the site key" -- \
+    "$CKPT" provenance --verify --pubkey "$IT_TMP/site.pub" "$c"
+done
+assert_rc 0 "the fine-tune's chain verifies through run1" -- \
+  "$CKPT" provenance --verify --pubkey "$IT_TMP/site.pub" --search "$ckdir" "$ft"
+assert_contains "$IT_OUT" "verified: 2 checkpoint(s)" "both the fine-tune and its parent"
+mkdir -p "$IT_TMP/shared" && cp "$ft" "$IT_TMP/shared/" && chmod 0644 "$IT_TMP/shared/$(basename "$ft")"
+assert_rc 0 "anyone given a copy verifies it: the check needs no secret" -- \
+  setpriv --reuid=$MALLORY --regid=$MALLORY --clear-groups "$CKPT" provenance --verify --pubkey "$IT_TMP/site.pub" "$IT_TMP/shared/$(basename "$ft")"
+
+# --- the job's user forges, alters and replays.
+forged=$work/forged.att
+assert_rc 0 "alice copies job $job1's attestation" -- \
+  srun -p cpu-ae --dataset=imagenet@2012 -N1 -n1 bash -c "cp \$SAKER_ATTESTATION $work/replay.att"
+assert_rc 0 "and replays it in another job" -- \
+  srun -p cpu-ae -N1 -n1 env SAKER_ATTESTATION=$work/replay.att "$WRITER" "$work/replay" 1
+assert_rc 1 "--verify refuses the replayed attestation" -- \
+  "$CKPT" provenance --verify --pubkey "$IT_TMP/site.pub" "$work/replay/ckpt-000000000001.h5"
+assert_contains "$IT_OUT" "it belongs to another job" "naming why"
+
+# A forgery: the user edits the attestation's zone and datasets and signs with a key of their own.
+python3 - "$work/replay.att" "$forged" <<'PY'
+import base64, sys
+lines = open(sys.argv[1]).read().splitlines()
+p = base64.b64decode(lines[3].split(' ', 1)[1]).decode().replace('zone=ae', 'zone=eu')
+lines[3] = 'payload ' + base64.b64encode(p.encode()).decode()
+open(sys.argv[2], 'w').write('\n'.join(lines) + '\n')
+PY
+chown $ALICE: "$forged"
+assert_rc 0 "a checkpoint carrying the edited attestation is written" -- \
+  srun -p cpu-ae -N1 -n1 env SAKER_ATTESTATION="$forged" "$WRITER" "$work/forged" 1
+assert_rc 1 "--verify refuses the edited attestation" -- \
+  "$CKPT" provenance --verify --pubkey "$IT_TMP/site.pub" "$work/forged/ckpt-000000000001.h5"
+assert_contains "$IT_OUT" "signature does not match" "its signature no longer matches"
+
+# --- a second user cannot read alice's attestation.
+job4=$(sbatch --parsable -p cpu-ae --dataset=imagenet@2012 -o "$IT_PREFIX/prov-%j.out" \
+  --wrap 'echo "path=$SAKER_ATTESTATION"; sleep 30')
+it_wait_for 30 "job $job4 runs" bash -c "[[ \$(scontrol show job -o $job4) == *JobState=RUNNING* ]] && grep -q path= $IT_PREFIX/prov-$job4.out"
+victim=$(sed -n 's/^path=//p' "$IT_PREFIX/prov-$job4.out")
+assert_rc 1 "saker-mallory cannot read it" -- setpriv --reuid=$MALLORY --regid=$MALLORY --clear-groups cat "$victim"
+scancel "$job4"
+
+# --- a site key others could read is refused, named in slurmd's log; the step still runs.
+chmod 0644 "$keys/site.key"
+assert_rc 0 "a step with a world-readable site key runs" -- srun -p cpu-ae -N1 -n1 bash -c 'echo "att=${SAKER_ATTESTATION:-none}"'
+assert_contains "$IT_OUT" "att=none" "unattested"
+it_wait_for 10 "slurmd's log names the key and the fix" grep -q "attestation key $keys/site.key.*chmod 600" "$IT_PREFIX"/log/slurmd-saker*.log
+chmod 0600 "$keys/site.key"
+it_finish
