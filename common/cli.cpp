@@ -90,7 +90,7 @@ void check_positional(const Tool& tool, const Command& c, const Args& a) {
   const std::size_t n = a.positional.size();
   const std::string thing = c.args_name.empty() ? "argument" : c.args_name;
   if (n < c.min_args)
-    throw UsageError(explain(full_name(tool, c) + ": no " + thing + " given", "", "usage: " + full_name(tool, c) + " " + c.synopsis));
+    throw UsageError(explain(full_name(tool, c) + ": no " + thing + " given", "", "name one after " + full_name(tool, c)));
   if (n > c.max_args) {
     const std::string extra = a.positional[c.max_args];
     throw UsageError(explain(full_name(tool, c) + ": unexpected argument '" + extra + "'",
@@ -104,6 +104,11 @@ void check_positional(const Tool& tool, const Command& c, const Args& a) {
 
 std::string Args::get(const std::string& name, const std::string& fallback) const {
   return has(name) ? values.at(name).back() : fallback;
+}
+
+std::string Args::required(const std::string& name) const {
+  if (!has(name)) throw UsageError(explain(command + ": --" + name + " is missing", "this command needs it", "see " + command + " --help"));
+  return get(name);
 }
 
 const std::vector<std::string>& Args::all(const std::string& name) const {
@@ -184,10 +189,11 @@ const Command& find_command(const Tool& tool, const std::vector<std::string>& wo
                              "only --help and --version come before the command", fix));
   }
   std::string typed = words[0];
-  if (words.size() >= 2) {  // "audit chekc": match the pair
-    const std::string pair = words[0] + " " + words[1];
-    if (!closest(pair, names).empty()) typed = pair;
-  }
+  // "audit chekc": the first word of a two-word command is right, so judge the pair.
+  const bool family = std::any_of(names.begin(), names.end(), [&](const std::string& n) { return n.rfind(typed + " ", 0) == 0; });
+  if (family && words.size() < 2)
+    throw UsageError(explain(tool.name + ": '" + typed + "' needs one more word", "it is the start of a command", fix));
+  if (family) typed += " " + words[1];
   const std::string guess = closest(typed, names);
   throw UsageError(explain(tool.name + ": unknown command '" + typed + "'" + (guess.empty() ? "" : "; did you mean '" + guess + "'?"),
                            "", fix));

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Issue 31's error contract (saker(7), COMMAND LINE), run against the built tools: every
+# newcomer mistake by class, for every tool on the shared front end (common/cli.hpp). Each
+# case asserts the exit code of saker(7) and the parts of the message: "saker: error:", the
+# tool and command, the thing named, and "(fix: ...)". No Slurm, no root; about a second.
+set -uo pipefail
+build=${SAKER_BUILDDIR:?run through make check}
+src=${SAKER_SRCDIR:?run through make check}
+tmp=$(mktemp -d /tmp/saker-cli-contract.XXXXXX)
+trap 'rm -rf -- "$tmp"' EXIT
+pass=0 fail=0
+
+# expect RC MSG NEEDLE... -- CMD...: CMD exits RC and its output holds every NEEDLE.
+expect() {
+  local rc=$1 msg=$2 needles=() out got n missing=""
+  shift 2
+  while [[ $1 != -- ]]; do needles+=("$1"); shift; done
+  shift
+  out=$("$@" 2>&1 </dev/null) && got=0 || got=$?
+  for n in "${needles[@]}"; do [[ $out == *"$n"* ]] || missing+=" '$n'"; done
+  if [[ $got == "$rc" && -z $missing ]]; then
+    echo "ok - $msg"; pass=$((pass + 1))
+  else
+    echo "not ok - $msg (exit $got, expected $rc;${missing:+ missing:$missing})"
+    printf '%s\n' "$out" | head -n 8 | sed 's/^/#   | /'
+    fail=$((fail + 1))
+  fi
+}
+# A usage error: exit 2, the contract's prefix, the needles, a fix, and the usage line.
+usage_error() {
+  local msg=$1; shift
+  local needles=()
+  while [[ $1 != -- ]]; do needles+=("$1"); shift; done
+  shift
+  expect 2 "$msg" "saker: error: " "${needles[@]}" "(fix: " -- "$@"
+}
+
+policy=$build/policies/saker-policy/saker-policy
+sweep=$build/sweep/saker-sweep/saker-sweep
+pfile=$src/tests/data/policy/two_zones.yaml
+
+# --- every tool: the top level -----------------------------------------------------------------
+for t in "$policy" "$sweep"; do
+  name=${t##*/}
+  expect 0 "$name --help lists its commands" "Usage:" "$name COMMAND --help" -- "$t" --help
+  expect 0 "$name --version names Saker" "$name (Saker)" -- "$t" --version
+  usage_error "$name with no command says so in one line" "$name: no command given" "the commands are" -- "$t"
+  usage_error "$name --quik is an unknown option, in one line" "$name: unknown option --quik" -- "$t" --quik
+  usage_error "$name --verison suggests --version" "did you mean --version?" -- "$t" --verison
+  out=$("$t" --quik 2>&1)
+  if [[ $(printf '%s\n' "$out" | wc -l) -le 1 ]]; then echo "ok - $name --quik prints one line"; pass=$((pass + 1))
+  else echo "not ok - $name --quik prints $(printf '%s\n' "$out" | wc -l) lines"; fail=$((fail + 1)); fi
+done
+
+# --- saker-policy --------------------------------------------------------------------------------
+usage_error "unknown command with a guess" "unknown command 'chekc'; did you mean 'check'?" -- "$policy" chekc "$pfile"
+usage_error "unknown command, even with --help after it" "unknown command 'chekc'" -- "$policy" chekc --help
+usage_error "a two-word command with a typo" "unknown command 'audit verfy'; did you mean 'audit verify'?" -- \
+  "$policy" audit verfy x
+usage_error "half a two-word command" "'audit' needs one more word" -- "$policy" audit
+expect 0 "check --help shows its options" "Usage: saker-policy check POLICY" "--max-bytes N" -- "$policy" check --help
+expect 0 "audit show --help shows its options" "--last N" -- "$policy" audit show --help
+usage_error "an abbreviated option is named, not guessed" \
+  "unknown option --max-byte (options are never abbreviated); did you mean --max-bytes?" -- \
+  "$policy" check "$pfile" --max-byte 5
+usage_error "an option of another command" "unknown option --last" "(an option of saker-policy audit show)" -- \
+  "$policy" check "$pfile" --last 3
+usage_error "a missing value" "--max-bytes needs a value" -- "$policy" check "$pfile" --max-bytes
+usage_error "a value that is not a number" "--max-bytes is 'lots': it must be a whole number" -- \
+  "$policy" check "$pfile" --max-bytes lots
+usage_error "a required option missing" "saker-policy explain: --user is missing" -- "$policy" explain --policy "$pfile"
+usage_error "a missing file argument" "saker-policy check: no POLICY file given" -- "$policy" check
+usage_error "two files where one goes" "unexpected argument 'b.yaml'" -- "$policy" check a.yaml b.yaml
+usage_error "a bad dataset names the syntax" "--dataset: bad dataset 'x@@'" -- \
+  "$policy" explain --policy "$pfile" --user alice --dataset x@@
+expect 3 "a missing policy file is exit 3" "saker: error: saker-policy check: cannot read the policy file" \
+  "No such file" "(fix: " -- "$policy" check "$tmp/nosuch.yaml"
+mkdir -p "$tmp/adir"
+expect 3 "a directory where the policy file goes" "saker: error: saker-policy check:" "it is a directory" -- \
+  "$policy" check "$tmp/adir"
+expect 3 "a directory where the audit log goes" "saker: error: saker-policy audit verify:" "it is a directory" -- \
+  "$policy" audit verify "$tmp/adir"
+expect 3 "a missing audit log is exit 3" "cannot read the audit log $tmp/nosuch.log" "(fix: " -- \
+  "$policy" audit show "$tmp/nosuch.log"
+expect 0 "explain says route, not modify" "decision: route" -- \
+  "$policy" explain --policy "$pfile" --user alice --account medical --dataset patients@v3 --partition gpu-ae,gpu-eu
+expect 0 "an unknown partition gets a note, not a bare allow" "decision: allow" \
+  "note: partition nosuch is not in the policy" -- "$policy" explain --policy "$pfile" --user alice --partition nosuch
+
+# --- saker-sweep -----------------------------------------------------------------------------------
+usage_error "sweep: unknown command" "unknown command 'stauts'; did you mean 'status'?" -- "$sweep" stauts x.yaml
+usage_error "sweep: an option of the wrong kind" "unknown option --dryrun; did you mean --dry-run?" -- \
+  "$sweep" run x.yaml --dryrun
+usage_error "sweep: a missing value" "--svg needs a value" -- "$sweep" report x.yaml --svg
+usage_error "sweep: no sweep given" "saker-sweep status: no sweep given" -- "$sweep" status
+expect 3 "sweep: a missing sweep file" "saker: error: saker-sweep" "does not exist" -- "$sweep" status "$tmp/nosuch.yaml"
+
+echo "# $pass passed, $fail failed"
+[[ $fail -eq 0 ]]
