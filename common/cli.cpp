@@ -30,7 +30,10 @@ std::string pad(std::string head, std::size_t width) {
   return head;
 }
 
-std::string full_name(const Tool& tool, const Command& c) { return tool.name + " " + c.name; }
+std::string full_name(const Tool& tool, const Command& c) { return c.name.empty() ? tool.name : tool.name + " " + c.name; }
+
+// A tool without subcommands: its one command has no name (saker-stats JOBID).
+bool single(const Tool& tool) { return tool.commands.size() == 1 && tool.commands[0].name.empty(); }
 
 std::string option_text(const Option& o) { return "--" + o.name + (o.value.empty() ? "" : " " + o.value); }
 
@@ -90,13 +93,13 @@ void check_positional(const Tool& tool, const Command& c, const Args& a) {
   const std::size_t n = a.positional.size();
   const std::string thing = c.args_name.empty() ? "argument" : c.args_name;
   if (n < c.min_args)
-    throw UsageError(explain(full_name(tool, c) + ": no " + thing + " given", "", "name one after " + full_name(tool, c)));
+    throw UsageError(explain(full_name(tool, c) + ": no " + thing + " given", "", "name the " + thing + "; see " + full_name(tool, c) + " --help"));
   if (n > c.max_args) {
     const std::string extra = a.positional[c.max_args];
     throw UsageError(explain(full_name(tool, c) + ": unexpected argument '" + extra + "'",
                              c.max_args == 0 ? "it takes no arguments"
                                              : "it takes " + std::string(c.max_args == 1 ? "one " : "at most " + std::to_string(c.max_args) + " ") + thing,
-                             "usage: " + full_name(tool, c) + " " + c.synopsis));
+                             "quote an argument with spaces; see " + full_name(tool, c) + " --help"));
   }
 }
 
@@ -146,6 +149,7 @@ std::string closest(const std::string& typed, const std::vector<std::string>& ca
 }
 
 std::string usage(const Tool& tool) {
+  if (single(tool)) return tool.name + ": " + tool.what + "\n\n" + usage(tool, tool.commands[0]) + (tool.footer.empty() ? "" : "\n" + tool.footer);
   std::string s = tool.name + ": " + tool.what + "\n\nUsage:\n";
   for (const Command& c : tool.commands) s += pad("  " + full_name(tool, c) + " " + c.synopsis, 44) + " " + c.what + "\n";
   s += pad("  " + tool.name + " COMMAND --help", 44) + " one command's options\n";
@@ -235,17 +239,17 @@ int main(const Tool& tool, const std::vector<std::string>& words, const Runner& 
     out << version_line(tool.name) << "\n";
     return kOk;
   }
-  if (!words.empty() && (words[0] == "--help" || words[0] == "-h" || words[0] == "help")) {
+  if (!words.empty() && (words[0] == "--help" || words[0] == "-h" || (!single(tool) && words[0] == "help"))) {
     out << usage(tool);
     return kOk;
   }
-  const Command* command = nullptr;
+  const Command* command = single(tool) ? &tool.commands[0] : nullptr;
   try {
     std::size_t used = 0;
-    command = &find_command(tool, words, &used);
+    if (command == nullptr) command = &find_command(tool, words, &used);
     const Args args = parse(tool, *command, {words.begin() + static_cast<std::ptrdiff_t>(used), words.end()});
     if (args.help) {
-      out << usage(tool, *command);
+      out << (single(tool) ? usage(tool) : usage(tool, *command));
       return kOk;
     }
     return run(*command, args);

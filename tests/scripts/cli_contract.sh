@@ -37,6 +37,7 @@ usage_error() {
 
 policy=$build/policies/saker-policy/saker-policy
 sweep=$build/sweep/saker-sweep/saker-sweep
+stats=$build/telemetry/saker-stats/saker-stats
 pfile=$src/tests/data/policy/two_zones.yaml
 
 # --- every tool: the top level -----------------------------------------------------------------
@@ -94,6 +95,17 @@ usage_error "sweep: an option of the wrong kind" "unknown option --dryrun; did y
 usage_error "sweep: a missing value" "--svg needs a value" -- "$sweep" report x.yaml --svg
 usage_error "sweep: no sweep given" "saker-sweep status: no sweep given" -- "$sweep" status
 expect 3 "sweep: a missing sweep file" "saker: error: saker-sweep" "does not exist" -- "$sweep" status "$tmp/nosuch.yaml"
+
+# --- saker-stats (one command, no subcommands) -------------------------------------------------
+expect 0 "stats --help" "Usage: saker-stats [--dir DIR]" -- "$stats" --help
+expect 0 "stats --version" "saker-stats (Saker)" -- "$stats" --version
+usage_error "stats: no job id" "saker-stats: no JOBID given" -- "$stats"
+usage_error "stats: a typo in an option" "unknown option --jsn; did you mean --json?" -- "$stats" --jsn 12
+usage_error "stats: a missing value" "--svg needs a value" -- "$stats" 12 --svg
+usage_error "stats: two job ids" "unexpected argument '13'" -- "$stats" 12 13
+usage_error "stats: not a job id" "'../etc' is not a Slurm job id" -- "$stats" --dir "$tmp" ../etc
+expect 3 "stats: no record for the job" "saker: error: saker-stats: cannot read $tmp/12.telemetry" "(fix: " -- \
+  "$stats" --dir "$tmp" 12
 
 echo "# $pass passed, $fail failed"
 [[ $fail -eq 0 ]]

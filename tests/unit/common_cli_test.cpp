@@ -166,3 +166,26 @@ TEST_CASE("cli: a Failure keeps its exit code and its message") {
   CHECK(code == kConflict);
   CHECK(err.str() == "saker: error: saker-demo: taken\n");
 }
+
+TEST_CASE("cli: a tool without subcommands") {
+  const Tool one{"saker-one", "one thing", {{"", "[--json] JOBID", "show the job", {{"json", "", "as JSON"}}, 1, 1, "JOBID"}}, ""};
+  const auto call = [&](std::vector<std::string> words) {
+    std::ostringstream out, err;
+    const int code = main(one, words, [&](const Command&, const Args& a) { out << "job " << a.positional[0]; return kOk; }, out, err);
+    return std::make_tuple(code, out.str(), err.str());
+  };
+  auto [code, out, err] = call({"42", "--json"});
+  CHECK(code == kOk);
+  CHECK(out == "job 42");
+  std::tie(code, out, err) = call({});
+  CHECK(code == kUsage);
+  CHECK(err.find("saker: error: saker-one: no JOBID given") == 0);
+  std::tie(code, out, err) = call({"--jsn", "42"});
+  CHECK(code == kUsage);
+  CHECK(err.find("saker-one: unknown option --jsn; did you mean --json?") != std::string::npos);
+  std::tie(code, out, err) = call({"--help"});
+  CHECK(code == kOk);
+  CHECK(out.find("Usage: saker-one [--json] JOBID") != std::string::npos);
+  std::tie(code, out, err) = call({"help"});  // a JOBID here, not a command
+  CHECK(out == "job help");
+}
