@@ -38,10 +38,12 @@ usage_error() {
 policy=$build/policies/saker-policy/saker-policy
 sweep=$build/sweep/saker-sweep/saker-sweep
 stats=$build/telemetry/saker-stats/saker-stats
+topo=$build/plugins/affinity/saker-topo/saker-topo
+xml=$src/tests/data/topo-1s-4gpu.xml
 pfile=$src/tests/data/policy/two_zones.yaml
 
 # --- every tool: the top level -----------------------------------------------------------------
-for t in "$policy" "$sweep"; do
+for t in "$policy" "$sweep" "$topo"; do
   name=${t##*/}
   expect 0 "$name --help lists its commands" "Usage:" "$name COMMAND --help" -- "$t" --help
   expect 0 "$name --version names Saker" "$name (Saker)" -- "$t" --version
@@ -106,6 +108,23 @@ usage_error "stats: two job ids" "unexpected argument '13'" -- "$stats" 12 13
 usage_error "stats: not a job id" "'../etc' is not a Slurm job id" -- "$stats" --dir "$tmp" ../etc
 expect 3 "stats: no record for the job" "saker: error: saker-stats: cannot read $tmp/12.telemetry" "(fix: " -- \
   "$stats" --dir "$tmp" 12
+
+# --- saker-topo --------------------------------------------------------------------------------------
+usage_error "topo: unknown command" "unknown command 'shwo'; did you mean 'show'?" -- "$topo" shwo
+usage_error "topo: plan without its required option" "saker-topo plan: --ntasks-per-node is missing" -- \
+  "$topo" plan --topology "$xml"
+usage_error "topo: zero ranks" "--ntasks-per-node is '0': it must be a whole number from 1" -- \
+  "$topo" plan --topology "$xml" --ntasks-per-node 0
+usage_error "topo: an abbreviated option" "unknown option --ntasks (options are never abbreviated); did you mean --ntasks-per-node?" -- \
+  "$topo" plan --topology "$xml" --ntasks 2
+usage_error "topo: a bad --format" "--format is 'json': it is table or env" -- \
+  "$topo" plan --topology "$xml" --ntasks-per-node 1 --format json
+usage_error "topo: check-gres without its file" "saker-topo check-gres: no GRES.CONF file given" -- "$topo" check-gres
+expect 3 "topo: a missing gres.conf" "saker: error: saker-topo check-gres: cannot read $tmp/nosuch" "(fix: " -- \
+  "$topo" check-gres "$tmp/nosuch" --topology "$xml"
+expect 3 "topo: a missing topology file" "saker: error: saker-topo: cannot read the topology file" "(fix: " -- \
+  "$topo" show --topology "$tmp/nosuch.xml"
+expect 0 "topo: plan runs" "CUDA_VISIBLE_DEVICES" -- "$topo" plan --topology "$xml" --ntasks-per-node 2 --gpus 0-3
 
 echo "# $pass passed, $fail failed"
 [[ $fail -eq 0 ]]
