@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include "ckpt/policy_guard.hpp"
 #include "common/error.hpp"
@@ -18,6 +19,7 @@
 #include "launcher/train/ckpt_store.hpp"
 #include "launcher/train/dataset.hpp"
 #include "launcher/train/device.hpp"
+#include "launcher/train/goodput.hpp"
 #include "launcher/train/mlp.hpp"
 #include "launcher/train/progress.hpp"
 #include "launcher/train/reducer_choice.hpp"
@@ -92,6 +94,8 @@ int run_training(const std::vector<std::string>& args) {
   std::string device = env_or("SAKER_TRAIN_DEVICE", "auto");
   unsigned keep = 3;
   bool allow_fresh_start = false;
+  std::string ckpt_every = "50";
+  double mtbf = 0;
   po::options_description d("Usage: saker-train [train] --data FILE [OPTIONS]\n"
                             "       saker-train make-data --out FILE [OPTIONS]   (a synthetic dataset to train on;\n"
                             "                                                     see saker-train make-data --help)\n\n"
@@ -118,7 +122,12 @@ int run_training(const std::vector<std::string>& args) {
       ("steps", po::value<std::uint64_t>(&cfg.steps)->default_value(300), "optimizer steps in total")
       ("seed", po::value<std::uint64_t>(&cfg.seed)->default_value(1), "seed of initialisation and data order")
       ("ckpt-dir", po::value<std::string>(&ckpt_dir), "checkpoint directory (default: $SAKER_CKPT_DIR; none: no checkpoints)")
-      ("ckpt-every", po::value<std::uint64_t>(&cfg.ckpt_every)->default_value(50), "checkpoint every N steps (0: only on signals)")
+      ("ckpt-every", po::value<std::string>(&ckpt_every)->default_value(ckpt_every),
+       "checkpoint every N steps (0: only on signals), or auto: the interval that loses the least time "
+       "(Young/Daly, from the measured save cost, step time and --mtbf or this job's failure history "
+       "in --ckpt-dir), printed with its inputs")
+      ("mtbf", po::value<double>(&mtbf), "mean seconds between interruptions, for --ckpt-every auto "
+                                        "(default: from the failure history in --ckpt-dir)")
       ("keep", po::value<unsigned>(&keep)->default_value(3), "checkpoints to keep")
       ("allow-fresh-start", po::bool_switch(&allow_fresh_start), "when every checkpoint in --ckpt-dir is damaged, "
                                                                  "train from step 0 instead of exiting 79")
@@ -142,6 +151,15 @@ int run_training(const std::vector<std::string>& args) {
                                                     "(default: the job's --dataset, $SLURM_SPANK_SAKER_DATASETS)");
   if (!parse_options(args, d)) return kExitOk;
   if (cfg.log_every == 0) cfg.log_every = 1;
+  CkptEvery every;
+  try {
+    every = parse_ckpt_every(ckpt_every);
+  } catch (const saker::Error& e) {
+    throw po::error(e.what());  // a usage error: exit 2
+  }
+  cfg.ckpt_every = every.steps;
+  if (mtbf != 0 && (!every.automatic || !(mtbf > 0)))
+    throw po::error(!every.automatic ? "--mtbf is for --ckpt-every auto" : "--mtbf takes seconds > 0");
   cfg.hidden = MlpShape::parse_hidden(layers);
   cfg.preempt_marker = env_or("SAKER_PREEMPT_MARKER", "");
   cfg.resize_notice = env_or("SAKER_RESIZE_NOTICE", "");
@@ -182,7 +200,15 @@ int run_training(const std::vector<std::string>& args) {
     if (!policy_file.empty()) so.guard = saker::ckpt::PolicyGuard::from_file(policy_file);
     store = std::make_unique<CkptStore>(so, *reducer);
   }
+  std::optional<GoodputSession> goodput;
+  if (every.automatic && store) {
+    goodput.emplace(mtbf, ckpt_dir, *reducer,
+                    restarted_from_env(std::getenv("SAKER_RUN_ATTEMPT"), std::getenv("TORCHELASTIC_RESTART_COUNT"),
+                                       std::getenv("SLURM_RESTART_COUNT")));
+    cfg.auto_interval = &goodput->interval();
+  }
   const TrainResult r = train(cfg, data, *reducer, store.get(), &g_stop);
+  if (goodput) goodput->finished(r.preempted);
   if (r.preempted) return kExitPreempted;
   if (reducer->rank() == 0) {
     std::printf("saker-train: final loss %.6f accuracy %.4f after %llu steps\n", r.loss, r.accuracy,

@@ -14,6 +14,7 @@
 #include "common/file.hpp"
 #include "common/hash.hpp"
 #include "launcher/comm/ordered_reduce.hpp"
+#include "launcher/train/goodput.hpp"
 #include "launcher/train/loader.hpp"
 #include "launcher/train/metrics_file.hpp"
 #include "launcher/train/mlp.hpp"
@@ -330,8 +331,12 @@ TrainResult train(const TrainConfig& cfg, const Dataset& data, Reducer& reducer,
       return result;
     }
     // The final step is saved too: a finished run's checkpoint is its result.
-    if (store != nullptr && ((cfg.ckpt_every > 0 && step % cfg.ckpt_every == 0) || step == cfg.steps)) {
+    const bool periodic = cfg.auto_interval != nullptr ? cfg.auto_interval->due(step)
+                                                       : cfg.ckpt_every > 0 && step % cfg.ckpt_every == 0;
+    if (store != nullptr && (periodic || step == cfg.steps)) {
+      const double began = AutoInterval::wall_seconds();
       store->save(take_snapshot(step, loader, model, *opt, rng, record), false);
+      if (cfg.auto_interval != nullptr) cfg.auto_interval->saved(step, AutoInterval::wall_seconds() - began);
     }
     if (cfg.step_sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(cfg.step_sleep_ms));
   }

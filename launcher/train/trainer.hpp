@@ -78,6 +78,8 @@ class SnapshotStore {
   virtual std::string describe() const = 0;
 };
 
+class AutoInterval;
+
 struct TrainConfig {
   std::vector<int> hidden = {64, 64};
   OptimizerConfig optimizer;
@@ -88,6 +90,8 @@ struct TrainConfig {
   std::uint64_t steps = 300;
   std::uint64_t seed = 1;
   std::uint64_t ckpt_every = 50;  // 0: only emergency checkpoints
+  // --ckpt-every auto: decides the periodic checkpoints instead of ckpt_every (goodput.hpp).
+  AutoInterval* auto_interval = nullptr;
   std::uint64_t log_every = 25;
   int step_sleep_ms = 0;          // slows steps down (demos and fault-injection tests)
   std::string preempt_marker;     // touched by rank 0 after an emergency checkpoint
