@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "common/cli.hpp"
+#include "policies/lineage.hpp"
 #include "policies/model.hpp"
 #include "policies/audit.hpp"
 #include "policies/audit_head.hpp"
@@ -53,7 +54,16 @@ const cli::Tool& tool() {
          {"no-head", "", "accept a log without a sealed head (logs written before Saker sealed them)"}},
         1, 1, "audit log FILE"},
        {"audit show", "FILE [--last N]", "print the audit records, one per line",
-        {{"last", "N", "only the last N records"}}, 1, 1, "audit log FILE"}},
+        {{"last", "N", "only the last N records"}}, 1, 1, "audit log FILE"},
+       {"lineage", "--dataset NAME[@VERSION] LOG [--node-log FILE]... [--key KEYFILE] [--no-head] [--json]",
+        "the jobs admitted with a dataset (erasure and restriction requests), from audit logs verified first",
+        {{"dataset", "NAME[@VERSION]", "the dataset; without a version, every version"},
+         {"node-log", "FILE", "a node's launch audit log (STATE_DIR/NODE/launch-audit.log; repeatable): "
+                              "job ids and nodes of the jobs' tasks", true},
+         {"key", "KEYFILE", "LOG's sealed-head MAC key (audit_key= of job_submit_saker.conf)"},
+         {"no-head", "", "accept logs without a sealed head (written before Saker sealed them)"},
+         {"json", "", "one JSON object instead of the table"}},
+        1, 1, "controller audit LOG"}},
       "Exit codes (saker(7)): 0 valid / allowed (allow or route) / intact, 1 denied (explain) or tampered\n"
       "(audit verify), 2 usage error, 3 a file cannot be read or the policy does not load.\n"};
   return t;
@@ -194,17 +204,62 @@ int audit_show(const cli::Args& a) {
   return cli::kOk;
 }
 
+// Verifies one log before anything of it is believed; a log that does not verify stops
+// the answer (an erasure request answered from a tampered log would miss jobs).
+void verify_or_refuse(const std::string& file, const std::string& key, bool require_head) {
+  readable_file("audit log", file);
+  audit::VerifyOptions options;
+  options.key = key;
+  options.require_head = require_head;
+  const auto r = audit::verify_file(file, options);
+  if (r.ok()) return;
+  for (const auto& p : r.problems) std::cerr << file << ":" << p.line << ": " << p.what << "\n";
+  throw cli::Failure(cli::kFailed,
+                     saker::explain("saker-policy lineage: the audit log " + file + " does not verify (" +
+                                        std::to_string(r.problems.size()) + " problem(s), above)",
+                                    "an answer from a log that was edited or cut could miss jobs",
+                                    "restore the log from a verified copy; saker-policy audit verify " + file));
+}
+
+int lineage(const cli::Args& a) {
+  std::vector<DatasetRef> query;
+  try {
+    query = parse_dataset_list(a.required("dataset"));
+  } catch (const saker::Error& e) {
+    throw cli::UsageError(a.command + ": --dataset: " + e.what());
+  }
+  if (query.size() != 1)
+    throw cli::UsageError(saker::explain(a.command + ": --dataset names " + std::to_string(query.size()) + " datasets",
+                                         "the question is about one", "run it once per dataset"));
+  const std::string key = a.has("key") ? audit::read_key_file(a.get("key")) : "";
+  const bool require_head = !a.has("no-head");
+  std::vector<lineage::Row> rows;
+  const auto add = [&](const std::string& file, const std::string& file_key) {
+    verify_or_refuse(file, file_key, require_head);
+    std::ifstream in(file, std::ios::binary);
+    auto more = lineage::admitted_with(file, in, query[0]);
+    rows.insert(rows.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
+  };
+  add(a.positional[0], key);
+  for (const std::string& node_log : a.all("node-log")) add(node_log, "");  // node heads carry no MAC
+  std::cout << (a.has("json") ? lineage::json(query[0], rows) : lineage::table(query[0], rows));
+  return cli::kOk;
+}
+
 int run(const cli::Command& c, const cli::Args& a) {
   try {
     if (c.name == "check") return check(a);
     if (c.name == "explain") return explain(a);
     if (c.name == "audit verify") return audit_verify(a);
+    if (c.name == "lineage") return lineage(a);
     return audit_show(a);
   } catch (const IoError& e) {
     throw cli::Failure(cli::kUnusable, a.command + ": " + e.what());
   } catch (const LoadError& e) {
     throw cli::Failure(cli::kUnusable, a.command + ": " + e.what());
   } catch (const cli::UsageError&) {
+    throw;
+  } catch (const cli::Failure&) {
     throw;
   } catch (const saker::Error& e) {  // a key file that cannot be used, and other inputs
     throw cli::Failure(cli::kUnusable, a.command + ": " + e.what());

@@ -90,6 +90,37 @@ expect 0 "explain says route, not modify" "decision: route" -- \
 expect 0 "an unknown partition gets a note, not a bare allow" "decision: allow" \
   "note: partition nosuch is not in the policy" -- "$policy" explain --policy "$pfile" --user alice --partition nosuch
 
+# lineage: a hash-chained log written as job_submit writes one (policies/audit.hpp's format).
+/usr/bin/python3 - "$tmp/ctl.log" <<'PY'
+import hashlib, sys
+prev, lines = "0" * 64, []
+for i, (event, job, ds, decision) in enumerate([("submit", None, ["patients@v3"], "allow"),
+                                                ("submit", None, ["patients@v3"], "deny"),
+                                                ("launch", "12", ["patients@v3"], "allow")], 1):
+    jid = "null" if job is None else '"%s"' % job
+    dss = ",".join('"%s"' % d for d in ds)
+    body = ('{"id":%d,"time":"2026-11-27T10:00:0%dZ","event":"%s","uid":1001,"user":"alice","account":"medical",'
+            '"job_id":%s,"partition":"gpu-ae","nodes":null,"datasets":[%s],"decision":"%s","reasons":[],'
+            '"policy_revision":"r","prev":"%s"' % (i, i, event, jid, dss, decision, prev))
+    prev = hashlib.sha256((body + "}").encode()).hexdigest()
+    lines.append(body + ',"hash":"%s"}\n' % prev)
+open(sys.argv[1], "w").write("".join(lines))
+PY
+expect 0 "lineage lists the admitted jobs, not the denied one" "JOB" "ctl.log:1" "ctl.log:3" -- \
+  "$policy" lineage --dataset patients@v3 --no-head "$tmp/ctl.log"
+out=$("$policy" lineage --dataset patients@v3 --no-head "$tmp/ctl.log" 2>&1)
+if [[ $out != *"ctl.log:2"* ]]; then echo "ok - lineage leaves the denied job out"; pass=$((pass + 1))
+else echo "not ok - lineage lists a denied job"; fail=$((fail + 1)); fi
+expect 0 "lineage --json" '"dataset":"patients@v3"' '"job_id":"12"' -- \
+  "$policy" lineage --dataset patients@v3 --no-head --json "$tmp/ctl.log"
+usage_error "lineage without --dataset" "saker-policy lineage: --dataset is missing" -- "$policy" lineage "$tmp/ctl.log"
+usage_error "lineage of two datasets" "--dataset names 2 datasets" -- "$policy" lineage --dataset a,b "$tmp/ctl.log"
+expect 1 "lineage refuses a log without its sealed head" "saker: error: saker-policy lineage: the audit log" \
+  "does not verify" "(fix: " -- "$policy" lineage --dataset patients@v3 "$tmp/ctl.log"
+sed 's/"user":"alice"/"user":"mallory"/' "$tmp/ctl.log" >"$tmp/edited.log"
+expect 1 "lineage refuses an edited log" "does not verify" -- \
+  "$policy" lineage --dataset patients@v3 --no-head "$tmp/edited.log"
+
 # --- saker-sweep -----------------------------------------------------------------------------------
 usage_error "sweep: unknown command" "unknown command 'stauts'; did you mean 'status'?" -- "$sweep" stauts x.yaml
 usage_error "sweep: an option of the wrong kind" "unknown option --dryrun; did you mean --dry-run?" -- \
