@@ -54,7 +54,9 @@
 namespace saker::comm {
 
 enum class DataType { f32, f64, f16, bf16, i32, i64 };
-enum class ReduceOp { sum, min, max, avg };
+// prod multiplies (integers wrap on overflow). The fusion negotiation (enqueue_allreduce)
+// takes sum, min, max and avg only; prod runs through allreduce() and reduce_scatter().
+enum class ReduceOp { sum, min, max, avg, prod };
 // automatic: shm when every rank shares one node, ring when every rank is on its own
 // node, hierarchical (shm in the node + ring among node leaders) otherwise.
 enum class Transport { automatic, ring, shm, hierarchical };
@@ -190,12 +192,48 @@ class Communicator {
   void allgather(const void* send, void* recv, std::size_t bytes);
   void barrier();
 
+  // Horovod's alltoall (MPI_Alltoallv): this rank sends send_counts[j] rows to rank j,
+  // taken from send in rank order, and receives from every rank what that rank sends
+  // here, in rank order. A row is row_elems elements of type; counts may differ between
+  // ranks and pairs (uneven splits). Before any data moves, the ranks allgather each
+  // one's type, row size and counts (one small round), so that every rank knows what it
+  // receives and a type or row size that differs, or an expected count that does not
+  // match what is sent, makes every rank throw the same saker::Error naming `name`, the
+  // ranks and their values (the communicator stays usable). recv_buffer is given the
+  // rows this rank receives from each rank and returns where they go (their sum times
+  // row_elems elements; may be null when that is zero). Returns those counts.
+  // Over TCP links between every pair (ring, shm and hierarchical transports alike),
+  // sealed under Transit::encrypt.
+  using RecvBuffer = std::function<void*(const std::vector<std::size_t>& recv_counts)>;
+  std::vector<std::size_t> alltoallv(const void* send, const std::vector<std::size_t>& send_counts,
+                                     std::size_t row_elems, DataType type, const RecvBuffer& recv_buffer,
+                                     const std::string& name = "");
+  // The same with the receive side known: recv_counts[j] rows arrive from rank j into
+  // recv (a mismatch with what rank j sends throws on every rank, as above).
+  void alltoallv(const void* send, const std::vector<std::size_t>& send_counts, void* recv,
+                 const std::vector<std::size_t>& recv_counts, std::size_t row_elems, DataType type,
+                 const std::string& name = "");
+  // MPI_Reduce_scatter: send holds sum(counts) elements on every rank; rank r receives
+  // in recv the op over all ranks of elements [counts[0] + ... + counts[r-1], + counts[r]).
+  // send is left as it was. A type, op or counts that differ between ranks make every
+  // rank throw the same saker::Error naming `name` and each rank's value before any data
+  // moves. A pipelined ring over TCP (sealed under Transit::encrypt): each rank sends
+  // and receives (size()-1)/size() of the buffer, as the first half of a ring allreduce.
+  void reduce_scatter(const void* send, void* recv, const std::vector<std::size_t>& counts, DataType type,
+                      ReduceOp op = ReduceOp::sum, const std::string& name = "");
+
   // Asynchronous forms: the buffers must stay valid until the handle completes.
   // Calls run in submission order on a background thread.
   Handle allreduce_async(void* data, std::size_t count, DataType type, ReduceOp op = ReduceOp::sum);
   Handle broadcast_async(void* data, std::size_t bytes, int root);
   Handle allgather_async(const void* send, void* recv, std::size_t bytes);
   Handle barrier_async();
+  // send and recv must stay valid until the handle completes (the counts are copied).
+  Handle alltoallv_async(const void* send, const std::vector<std::size_t>& send_counts, void* recv,
+                         const std::vector<std::size_t>& recv_counts, std::size_t row_elems, DataType type,
+                         const std::string& name = "");
+  Handle reduce_scatter_async(const void* send, void* recv, const std::vector<std::size_t>& counts, DataType type,
+                              ReduceOp op = ReduceOp::sum, const std::string& name = "");
 
   // Tensor fusion: named tensors, any submission order across ranks (see top).
   Handle enqueue_allreduce(const std::string& name, void* data, std::size_t count, DataType type,

@@ -3,6 +3,7 @@
 #include "saker/comm.h"
 
 #include <string>
+#include <vector>
 
 #include "saker/comm.hpp"
 
@@ -30,7 +31,7 @@ int guarded(F f) {
   return -1;
 }
 
-bool valid(int dtype, int op) { return dtype >= 0 && dtype <= 5 && op >= 0 && op <= 3; }
+bool valid(int dtype, int op) { return dtype >= 0 && dtype <= 5 && op >= 0 && op <= 4; }
 
 int bad_args() {
   g_last_error = "saker: invalid argument: a null pointer, or a dtype/op outside the SAKER_COMM_* values";
@@ -81,6 +82,26 @@ int saker_comm_allgather(saker_comm* comm, const void* send, void* recv, size_t 
 int saker_comm_barrier(saker_comm* comm) {
   if (!comm) return bad_args();
   return guarded([&] { comm->c->barrier(); });
+}
+
+int saker_comm_alltoallv(saker_comm* comm, const void* send, const size_t* send_counts, void* recv,
+                         const size_t* recv_counts, size_t row_elems, int dtype) {
+  if (!comm || !send_counts || !recv_counts || !valid(dtype, 0)) return bad_args();
+  return guarded([&] {
+    const auto n = static_cast<std::size_t>(comm->c->size());
+    comm->c->alltoallv(send, std::vector<std::size_t>(send_counts, send_counts + n), recv,
+                       std::vector<std::size_t>(recv_counts, recv_counts + n), row_elems,
+                       static_cast<saker::comm::DataType>(dtype));
+  });
+}
+
+int saker_comm_reduce_scatter(saker_comm* comm, const void* send, void* recv, const size_t* counts, int dtype, int op) {
+  if (!comm || !counts || !valid(dtype, op)) return bad_args();
+  return guarded([&] {
+    const auto n = static_cast<std::size_t>(comm->c->size());
+    comm->c->reduce_scatter(send, recv, std::vector<std::size_t>(counts, counts + n),
+                            static_cast<saker::comm::DataType>(dtype), static_cast<saker::comm::ReduceOp>(op));
+  });
 }
 
 int saker_comm_allreduce_async(saker_comm* comm, void* data, size_t count, int dtype, int op, saker_comm_handle** out) {

@@ -28,7 +28,7 @@ const char* name_of(DataType t) {
   return names[static_cast<int>(t)];
 }
 const char* name_of(ReduceOp op) {
-  static const char* names[] = {"sum", "min", "max", "avg"};
+  static const char* names[] = {"sum", "min", "max", "avg", "prod"};
   return names[static_cast<int>(op)];
 }
 const char* name_of(Transport t) {
@@ -256,6 +256,9 @@ Handle Communicator::enqueue_allreduce(const std::string& name, void* data, std:
   if (!impl_->fusion_engine)
     throw Error(explain("enqueue_allreduce('" + name + "') needs the fusion thread", "Options::fusion is false",
                         "create the communicator with Options::fusion = true"));
+  if (op == ReduceOp::prod)
+    throw Error(explain("enqueue_allreduce('" + name + "') with prod", "the fusion negotiation takes sum, min, max and avg",
+                        "use allreduce() or allreduce_async() for a product (they run in submission order)"));
   return impl_->fusion_engine->enqueue(name, data, count, type, op);
 }
 

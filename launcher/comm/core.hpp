@@ -39,6 +39,8 @@ class Core {
   void broadcast(void* data, std::size_t bytes, int root);
   void allgather(const void* send, void* recv, std::size_t bytes);
   void barrier() { ring_.barrier(); }
+  // Every rank's ring (alltoall.cpp and reduce_scatter.cpp run on it, whatever the transport).
+  Ring& ring() { return ring_; }
   // Where allreduce() adds its bytes and time (SAKER_TELEMETRY_DIR); may stay null.
   void publish_to(telemetry::CommCountersPublisher* counters) { counters_ = counters; }
 

@@ -73,6 +73,7 @@ ncclRedOp_t nccl_op(ReduceOp op) {
     case ReduceOp::min: return ncclMin;
     case ReduceOp::max: return ncclMax;
     case ReduceOp::avg: return ncclAvg;
+    case ReduceOp::prod: return ncclProd;
   }
   return ncclSum;
 }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <immintrin.h>
+#include <type_traits>
 
 namespace saker::comm::reduce {
 
@@ -86,6 +87,7 @@ __attribute__((target_clones("avx2", "default"))) void combine_native(T* out, T*
       std::memcpy(&w, ins[k] + i, sizeof w);
       if constexpr (Op == ReduceOp::min) v = w < v ? w : v;
       else if constexpr (Op == ReduceOp::max) v = v < w ? w : v;
+      else if constexpr (Op == ReduceOp::prod) v = v * w;
       else v = v + w;
     }
     std::memcpy(out + i, &v, sizeof v);
@@ -97,6 +99,7 @@ __attribute__((target_clones("avx2", "default"))) void combine_native(T* out, T*
       T w = ins[k][i];
       if constexpr (Op == ReduceOp::min) v = w < v ? w : v;
       else if constexpr (Op == ReduceOp::max) v = v < w ? w : v;
+      else if constexpr (Op == ReduceOp::prod) v = v * w;
       else v = v + w;
     }
     out[i] = v;
@@ -111,7 +114,13 @@ void combine_typed(void* out, void* also, const void* const* ins, int n, std::si
   auto* in = reinterpret_cast<const T* const*>(ins);
   if (op == ReduceOp::min) combine_native<T, ReduceOp::min>(o, a, in, n, count);
   else if (op == ReduceOp::max) combine_native<T, ReduceOp::max>(o, a, in, n, count);
-  else combine_native<T, ReduceOp::sum>(o, a, in, n, count);
+  else if (op == ReduceOp::prod) {
+    // Integers multiply as their unsigned twins: the product wraps (as Horovod's C++
+    // multiply does in practice) instead of being undefined behaviour on overflow.
+    using M = typename std::conditional_t<std::is_integral_v<T>, std::make_unsigned<T>, std::type_identity<T>>::type;
+    combine_native<M, ReduceOp::prod>(reinterpret_cast<M*>(o), reinterpret_cast<M*>(a),
+                                      reinterpret_cast<const M* const*>(in), n, count);
+  } else combine_native<T, ReduceOp::sum>(o, a, in, n, count);
 }
 
 template <class T>
@@ -218,6 +227,16 @@ void fill_identity(void* data, std::size_t count, DataType type, ReduceOp op) {
   if (op == ReduceOp::sum || op == ReduceOp::avg) {
     std::memset(data, 0, count * size_of(type));
     return;
+  }
+  if (op == ReduceOp::prod) {
+    switch (type) {
+      case DataType::f32: return fill<float>(data, count, 1.0f);
+      case DataType::f64: return fill<double>(data, count, 1.0);
+      case DataType::i32: return fill<std::int32_t>(data, count, 1);
+      case DataType::i64: return fill<std::int64_t>(data, count, 1);
+      case DataType::f16: return fill<unsigned short>(data, count, 0x3c00);
+      case DataType::bf16: return fill<unsigned short>(data, count, 0x3f80);
+    }
   }
   const bool min = op == ReduceOp::min;
   switch (type) {

@@ -11,7 +11,7 @@
 
 namespace saker::comm::reduce {
 
-// acc[i] = acc[i] op in[i]   (avg reduces like sum; see scale_for_avg)
+// acc[i] = acc[i] op in[i]   (avg reduces like sum; see scale_for_avg; prod of integers wraps)
 void accumulate(void* acc, const void* in, std::size_t count, DataType type, ReduceOp op);
 // out[i] = ins[0][i] op ins[1][i] op ... op ins[n-1][i], left to right; 16-bit types
 // accumulate across all n inputs in fp32. out may alias ins[0]. When also is given, the
@@ -19,7 +19,7 @@ void accumulate(void* acc, const void* in, std::size_t count, DataType type, Red
 // reduced part while storing it, saving one trip through memory).
 void combine(void* out, const void* const* ins, int n, std::size_t count, DataType type, ReduceOp op,
              void* also = nullptr);
-// data[i] = the identity of op: 0 for sum and avg, the type's largest value for min
+// data[i] = the identity of op: 0 for sum and avg, 1 for prod, the type's largest value for min
 // (+inf for floating types), its lowest for max (-inf). What a rank that has joined
 // contributes to its peers' reductions.
 void fill_identity(void* data, std::size_t count, DataType type, ReduceOp op);

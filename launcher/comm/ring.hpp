@@ -46,6 +46,15 @@ class Ring {
   void allgather(const void* send, void* recv, std::size_t bytes);
   void broadcast(void* data, std::size_t bytes, int root_index);
   void barrier();
+  // Pairwise exchange among the members (alltoall.cpp): send_bytes[j] bytes from send,
+  // packed in member order, go to member j while recv_bytes[j] arrive from member j into
+  // recv, packed the same way; every pair's transfer at once, one socket per direction.
+  void alltoallv(const char* send, const std::vector<std::size_t>& send_bytes, char* recv,
+                 const std::vector<std::size_t>& recv_bytes);
+  // Member i receives in recv the op over all members of elements [seg[i], seg[i+1]) of
+  // send, which stays as it was (reduce_scatter.cpp). The ring's first half, with the
+  // direct algorithm below the calibrated size; both reduce an element in the same order.
+  void reduce_scatter(const char* send, char* recv, const std::vector<std::size_t>& seg, DataType type, ReduceOp op);
 
   static std::vector<std::size_t> even_split(std::size_t count, int parts);
   const LinkPlan& plan() const { return plan_; }
@@ -54,6 +63,8 @@ class Ring {
   void allreduce_ring(char* base, const std::vector<std::size_t>& seg, DataType type, ReduceOp op);
   void allreduce_direct(char* base, const std::vector<std::size_t>& seg, DataType type, ReduceOp op);
   void allreduce_exchange(char* base, const std::vector<std::size_t>& seg, DataType type, ReduceOp op);
+  void reduce_scatter_ring(const char* send, char* recv, const std::vector<std::size_t>& seg, DataType type, ReduceOp op);
+  void reduce_scatter_direct(const char* send, char* recv, const std::vector<std::size_t>& seg, DataType type, ReduceOp op);
   // On the first allreduce: the members settle what they must share (the block size),
   // then calibrate() if the plan asks for it. Collective.
   void agree();
@@ -113,6 +124,7 @@ class Ring {
   TimedChoice send_thread_[2];  // by Phase
   bool agreed_ = false;
   std::vector<char> tmp_;
+  std::vector<char> work_;  // reduce_scatter_ring's two partial segments
 };
 
 }  // namespace saker::comm
