@@ -28,8 +28,8 @@ DataType dtype_of(int code) {
 }
 
 ReduceOp op_of(int code) {
-  if (code < 0 || code > static_cast<int>(ReduceOp::avg))
-    throw py::value_error("saker._comm: reduce op code " + std::to_string(code) + " is not one of saker's (0..3)");
+  if (code < 0 || code > static_cast<int>(ReduceOp::prod))
+    throw py::value_error("saker._comm: reduce op code " + std::to_string(code) + " is not one of saker's (0..4)");
   return static_cast<ReduceOp>(code);
 }
 
@@ -105,6 +105,55 @@ PYBIND11_MODULE(_comm, m) {
           },
           py::call_guard<py::gil_scoped_release>())
       .def("barrier", &Communicator::barrier, py::call_guard<py::gil_scoped_release>())
+      .def(
+          "alltoallv",
+          [](Communicator& c, std::uintptr_t send, const std::vector<std::size_t>& send_counts, std::uintptr_t recv,
+             const std::vector<std::size_t>& recv_counts, std::size_t row_elems, int dtype, const std::string& name) {
+            c.alltoallv(ptr(send), send_counts, ptr(recv), recv_counts, row_elems, dtype_of(dtype), name);
+          },
+          py::arg("send"), py::arg("send_counts"), py::arg("recv"), py::arg("recv_counts"), py::arg("row_elems"),
+          py::arg("dtype"), py::arg("name") = "", py::call_guard<py::gil_scoped_release>(),
+          "Alltoall of rows (counts per rank, both sides); a mismatch across ranks raises on every rank.")
+      .def(
+          "alltoallv_learn",
+          [](Communicator& c, std::uintptr_t send, const std::vector<std::size_t>& send_counts, std::size_t row_elems,
+             int dtype, const py::function& alloc, const std::string& name) {
+            // alloc(recv_counts) -> the receive buffer's address; called with the GIL held.
+            return c.alltoallv(ptr(send), send_counts, row_elems, dtype_of(dtype),
+                               [&alloc](const std::vector<std::size_t>& counts) {
+                                 py::gil_scoped_acquire gil;
+                                 return ptr(alloc(counts).cast<std::uintptr_t>());
+                               },
+                               name);
+          },
+          py::arg("send"), py::arg("send_counts"), py::arg("row_elems"), py::arg("dtype"), py::arg("alloc"),
+          py::arg("name") = "", py::call_guard<py::gil_scoped_release>(),
+          "Alltoall whose receive counts are learned first: alloc(counts) returns the receive buffer's address.")
+      .def(
+          "reduce_scatter",
+          [](Communicator& c, std::uintptr_t send, std::uintptr_t recv, const std::vector<std::size_t>& counts, int dtype,
+             int op, const std::string& name) {
+            c.reduce_scatter(ptr(send), ptr(recv), counts, dtype_of(dtype), op_of(op), name);
+          },
+          py::arg("send"), py::arg("recv"), py::arg("counts"), py::arg("dtype"), py::arg("op"), py::arg("name") = "",
+          py::call_guard<py::gil_scoped_release>(),
+          "Reduce-scatter: this rank receives counts[rank] elements; a mismatch across ranks raises on every rank.")
+      .def(
+          "alltoallv_async",
+          [](Communicator& c, std::uintptr_t send, const std::vector<std::size_t>& send_counts, std::uintptr_t recv,
+             const std::vector<std::size_t>& recv_counts, std::size_t row_elems, int dtype, const std::string& name) {
+            return c.alltoallv_async(ptr(send), send_counts, ptr(recv), recv_counts, row_elems, dtype_of(dtype), name);
+          },
+          py::arg("send"), py::arg("send_counts"), py::arg("recv"), py::arg("recv_counts"), py::arg("row_elems"),
+          py::arg("dtype"), py::arg("name") = "", py::call_guard<py::gil_scoped_release>())
+      .def(
+          "reduce_scatter_async",
+          [](Communicator& c, std::uintptr_t send, std::uintptr_t recv, const std::vector<std::size_t>& counts, int dtype,
+             int op, const std::string& name) {
+            return c.reduce_scatter_async(ptr(send), ptr(recv), counts, dtype_of(dtype), op_of(op), name);
+          },
+          py::arg("send"), py::arg("recv"), py::arg("counts"), py::arg("dtype"), py::arg("op"), py::arg("name") = "",
+          py::call_guard<py::gil_scoped_release>())
       .def("join", &Communicator::join, py::call_guard<py::gil_scoped_release>(),
            "Horovod's join: stand in for named allreduces until every rank joined; returns the last.")
       .def(

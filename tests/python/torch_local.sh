@@ -48,6 +48,15 @@ for n in 2 3; do
   assert_contains "$IT_OUT" "broadcast of tensor 'bc.root': the ranks disagree (root differs: rank 0 0, rank 1 1" \
     "a root mismatch names each rank's root"
 done
+# libsaker_comm's native alltoall, reduce-scatter and product (issue 29), through hvd and the
+# torch.distributed backend, and the library's own refusals of mismatched counts and dtypes.
+for n in 2 3; do
+  for mode in hvd backend mismatch; do
+    assert_rc 0 "native alltoall/reducescatter/product: $mode, $n ranks" -- env SAKER_COMM_TIMEOUT=30 \
+      "$run" --local -n $n --max-restarts 0 -- $py "$SAKER_SRCDIR/tests/python/hvd_native_check.py" $mode
+    assert_eq "$(grep -o "native ok $mode rank [0-9]*/$n" <<<"$IT_OUT" | sort -u | wc -l)" "$n" "every rank passes ($mode, $n ranks)"
+  done
+done
 assert_rc 0 "shutdown() then init(), 1000 times, 2 ranks" -- env SAKER_COMM_TIMEOUT=30 "$run" --local -n 2 --max-restarts 0 -- \
   $py "$SAKER_SRCDIR/tests/python/hvd_compat_check.py" lifecycle 1000
 assert_eq "$(ranks_ok "$IT_OUT" lifecycle)" 2 "both ranks re-initialized 1000 times"

@@ -27,6 +27,7 @@ torch's store, so torch's and Saker's stores never compete for MASTER_PORT.
 
 import atexit
 import inspect
+import math
 import os
 import queue
 import socket
@@ -45,14 +46,20 @@ from .collectives import _DTYPES
 _OPS = {dist.ReduceOp.SUM: 0, dist.ReduceOp.MIN: 1, dist.ReduceOp.MAX: 2}
 if hasattr(dist.ReduceOp, "AVG"):
     _OPS[dist.ReduceOp.AVG] = 3
+_PRODUCT = 4  # allreduce and reduce_scatter only: the fusion negotiation takes no product
 
 
 def _op_code(op):
     for k, v in _OPS.items():
         if op == k:
             return v
-    raise RuntimeError(f"the saker backend reduces with SUM, MIN, MAX and AVG, not {op}; "
-                       "use the gloo backend for PRODUCT and bitwise ops")
+    if op == dist.ReduceOp.PRODUCT:
+        return _PRODUCT
+    # opts.reduceOp prints as an object: name it by the ops torch knows.
+    name = next((k for k in ("BAND", "BOR", "BXOR", "PREMUL_SUM") if hasattr(dist.ReduceOp, k)
+                 and op == getattr(dist.ReduceOp, k)), str(op))
+    raise RuntimeError(f"the saker backend reduces with SUM, PRODUCT, MIN, MAX and AVG, not {name}; "
+                       "use the gloo backend for bitwise ops")
 
 
 def _dtype_code(t):
@@ -313,17 +320,70 @@ class SakerProcessGroup(ProcessGroup):
         return self._done.submit(h, _Work([output]), out.restore, keep=(src, out))
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
-        # An allreduce of the whole list, then this rank keeps its slice: the same result,
-        # twice the bytes of a real reduce-scatter.
+        # libsaker_comm's reduce-scatter: each rank sends and receives (size-1)/size of
+        # the list, and receives only its own tensor's reduction.
         _check_device(output_tensors + input_tensors[0], "reduce_scatter")
         ins = input_tensors[0]
+        if len(output_tensors) != 1 or len(ins) != self.size():
+            raise RuntimeError(f"the saker backend's reduce_scatter needs one output and a list of {self.size()} inputs")
         flat = torch.cat([t.reshape(-1) for t in ins]).to("cpu")
+        return self._reduce_scatter_flat(flat, [t.numel() for t in ins], output_tensors[0], opts, output_tensors)
+
+    def _reduce_scatter_base(self, output, input, opts=None):
+        _check_device([output, input], "reduce_scatter_tensor")
+        if input.numel() != output.numel() * self.size():
+            raise RuntimeError(f"reduce_scatter_tensor: the input must hold world_size ({self.size()}) times the "
+                               f"output's {output.numel()} elements, not {input.numel()}")
+        src = _Staged(input)
+        return self._reduce_scatter_flat(src.buf.reshape(-1), [output.numel()] * self.size(), output, opts, [output],
+                                         keep=src)
+
+    def _reduce_scatter_flat(self, flat, counts, output, opts, result, keep=None):
+        if output.numel() != counts[self.rank()] or output.dtype != flat.dtype:
+            raise RuntimeError(f"reduce_scatter: rank {self.rank()}'s output must hold {counts[self.rank()]} elements of "
+                               f"{flat.dtype}, not {output.numel()} of {output.dtype}")
         op = _op_code(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
-        h = self._comm.allreduce_async(flat.data_ptr(), flat.numel(), _dtype_code(flat), op)
-        offset = sum(t.numel() for t in ins[: self.rank()])
-        out = _Staged(output_tensors[0])
-        return self._done.submit(h, _Work(output_tensors),
-                                 lambda: out.restore(flat[offset: offset + out.tensor.numel()].view_as(out.tensor)))
+        out = _Staged(output)
+        recv = out.buf if out.buf.is_contiguous() and out.stream is None else torch.empty_like(out.buf)
+        h = self._comm.reduce_scatter_async(flat.data_ptr(), recv.data_ptr(), counts, _dtype_code(flat), op)
+        after = None if recv is output else (lambda: out.restore(recv.view_as(out.tensor)))
+        return self._done.submit(h, _Work(result), after, keep=(flat, recv, keep))
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        """all_to_all_single: rows of dimension 0, even splits when none are given. The
+        library checks dtype, row size and every pair's counts across ranks first."""
+        _check_device([output, input], "all_to_all_single")
+        n = self.size()
+        ins = input_split_sizes or [input.shape[0] // n] * n if input.dim() else None
+        outs = output_split_sizes or [output.shape[0] // n] * n if output.dim() else None
+        if ins is None or outs is None or len(ins) != n or len(outs) != n or sum(ins) != input.shape[0] \
+                or sum(outs) != output.shape[0] or input.shape[1:] != output.shape[1:]:
+            raise RuntimeError(f"all_to_all_single: split sizes {list(ins or [])} / {list(outs or [])} must be {n} "
+                               f"counts that add up to the input's / output's first dimension, and the rows must match")
+        src, dst = _Staged(input), _Staged(output)
+        row = math.prod(input.shape[1:])
+        h = self._comm.alltoallv_async(src.buf.data_ptr(), list(ins), dst.buf.data_ptr(), list(outs), row,
+                                       _dtype_code(src.buf))
+        return self._done.submit(h, _Work([output]), dst.restore, keep=(src, dst))
+
+    def alltoall(self, output_tensors, input_tensors, opts=None):
+        """all_to_all: input_tensors[j] goes to rank j, output_tensors[j] comes from rank j."""
+        _check_device(output_tensors + input_tensors, "all_to_all")
+        n = self.size()
+        if len(input_tensors) != n or len(output_tensors) != n:
+            raise RuntimeError(f"all_to_all: needs {n} input and {n} output tensors")
+        flat = torch.cat([t.reshape(-1).to("cpu") for t in input_tensors])
+        recv = torch.empty(sum(t.numel() for t in output_tensors), dtype=flat.dtype)
+        h = self._comm.alltoallv_async(flat.data_ptr(), [t.numel() for t in input_tensors], recv.data_ptr(),
+                                       [t.numel() for t in output_tensors], 1, _dtype_code(flat))
+        staged = [_Staged(t) for t in output_tensors]
+
+        def scatter_back():
+            offset = 0
+            for s in staged:
+                s.restore(recv[offset: offset + s.tensor.numel()].view_as(s.tensor))
+                offset += s.tensor.numel()
+        return self._done.submit(h, _Work(output_tensors), scatter_back, keep=(flat, recv))
 
     def barrier(self, opts=None):
         return self._done.submit(self._comm.barrier_async(), _Work(None))

@@ -32,6 +32,7 @@ run the check (its hot path stays as it was).
 import io
 import itertools
 import json
+import math
 import pickle
 import zlib
 
@@ -54,7 +55,7 @@ Sum = _ReduceOp("Sum", 0)
 Min = _ReduceOp("Min", 1)
 Max = _ReduceOp("Max", 2)
 Adasum = _ReduceOp("Adasum", None)
-Product = _ReduceOp("Product", None)  # over an allgather (see _product_async)
+Product = _ReduceOp("Product", 4)  # an ordered allreduce: the fusion negotiation takes no product
 
 _DTYPES = {torch.float32: 0, torch.float64: 1, torch.float16: 2, torch.bfloat16: 3, torch.int32: 4, torch.int64: 5}
 _CODES = {op.code: op for op in (Sum, Min, Max, Average)}
@@ -411,13 +412,17 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
 
 
 def _product_async(tensor, output, name, prescale_factor, postscale_factor, compression):
-    """Product over ranks: the library has no product reduction, so every rank gathers
-    every rank's tensor and multiplies them in rank order (size() times the memory of an
-    allreduce; an ordered collective, like a broadcast)."""
+    """Product over ranks: libsaker_comm's prod allreduce, in submission order like a
+    broadcast (the fusion negotiation, which matches names, takes no product), after the
+    cross-rank check. Integers multiply with wrap-around, as Horovod's C++ does."""
+    comm = runtime.comm()
     compressed, ctx = compression.compress(tensor)
+    _verify_ordered(_describe("allreduce", name, tensor, op=Product))
     t = _scaled(compressed.detach().to("cpu"), prescale_factor)
-    every = _allgather_rows(t.unsqueeze(0), _describe("allreduce", name, tensor, op=Product))
-    result = _scaled(torch.prod(every, dim=0).to(t.dtype), postscale_factor)
+    narrow = t.dtype in _NARROW_INTS
+    buf = t.to(torch.int32, copy=True).contiguous() if narrow else t.clone().contiguous()
+    _lib(comm.allreduce, buf.data_ptr(), buf.numel(), _dtype_code(buf, f"allreduce '{name}'"), Product.code)
+    result = _scaled(buf.to(t.dtype) if narrow else buf, postscale_factor)
     result = compression.decompress(result, ctx)
     with torch.no_grad():
         output.copy_(result.view_as(output))
@@ -735,7 +740,7 @@ def grouped_allgather(tensors, name=None, process_set=None):
     return [allgather(t, f"{base}.{i}") for i, t in enumerate(tensors)]
 
 
-# ---- alltoall (over the allgather: see saker-torch(7)) ----
+# ---- alltoall (libsaker_comm's alltoallv: every pair of ranks exchanges its rows directly) ----
 def _even_split(rows, n):
     return [rows // n + (1 if r < rows % n else 0) for r in range(n)]
 
@@ -760,24 +765,31 @@ def _alltoall_start(tensor, splits, name):
         if length != n or any(s < 0 for s in got) or sum(got) != rows:
             raise ValueError(f"alltoall of tensor '{name or ''}': rank {r}'s splits {got[:length]} must be "
                              f"{n} non-negative counts that add up to its first dimension ({rows})")
-    counts = table[:, n + 1]
-    most = int(counts.max())
-    tail = tuple(t.shape[1:])
-    send = torch.zeros((most,) + tail, dtype=t.dtype)
-    send[: t.shape[0]] = t
-    recv = torch.empty((n * most,) + tail, dtype=t.dtype)
-    handle = _lib(comm.allgather_async, send.data_ptr(), recv.data_ptr(), send.numel() * send.element_size())
     received = table[:, me]
+    tail = tuple(t.shape[1:])
+    out = torch.empty((int(received.sum()),) + tail, dtype=t.dtype)
+    row_elems = math.prod(tail)
+    code = _DTYPES.get(t.dtype)
+    if code is None:  # uint8/int8/int16/bool: moved as their bytes (never reduced)
+        _alltoall_bytes(comm, t, out, mine, received, row_elems * t.element_size(), name)
+    else:
+        # The library checks type, row size and counts across ranks before any byte
+        # moves (a mismatch raises on every rank), then every pair exchanges directly.
+        _lib(comm.alltoallv, t.data_ptr(), mine, out.data_ptr(), received.tolist(), row_elems, code, name or "")
+    return _done((out.to(tensor.device), received.to(torch.int32)))
 
-    def finish():
-        _wait(handle)
-        parts = []
-        for k in range(n):
-            offset = int(table[k, :me].sum())
-            parts.append(recv[k * most + offset: k * most + offset + int(received[k])])
-        return torch.cat(parts).to(tensor.device), received.to(torch.int32)
 
-    return _register([handle], (send, recv), finish)
+def _alltoall_bytes(comm, t, out, mine, received, row_bytes, name):
+    """Rows of a type the library does not know travel as int32 words, padded (the
+    cross-rank check has compared the dtypes' names already)."""
+    words = (row_bytes + 3) // 4
+    send = torch.zeros(t.shape[0], words * 4, dtype=torch.uint8)
+    per_row = row_bytes // t.element_size()
+    send[:, :row_bytes] = t.reshape(t.shape[0], per_row).view(torch.uint8)
+    recv = torch.empty(out.shape[0], words * 4, dtype=torch.uint8)
+    _lib(comm.alltoallv, send.data_ptr(), mine, recv.data_ptr(), received.tolist(), words, _DTYPES[torch.int32],
+         name or "")
+    out.view(out.shape[0], per_row).view(torch.uint8)[:] = recv[:, :row_bytes]
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=None):
@@ -820,24 +832,40 @@ def alltoall(tensor, splits=None, name=None, process_set=None):
     return out if splits is None else (out, received)
 
 
-# ---- reducescatter (over the allreduce: see saker-torch(7)) ----
+# ---- reducescatter (libsaker_comm's reduce_scatter: the first half of a ring allreduce) ----
 def _reducescatter_async(tensor, name, op, prescale_factor, postscale_factor):
     op = _check_op(op)
     if op not in (Sum, Average):
         raise ValueError(f"reducescatter: op {op!r} is not Sum or Average")
     if tensor.dim() == 0:
         raise ValueError("reducescatter: the tensor needs at least one dimension")
-    n, me = runtime.size(), runtime.rank()
+    comm = runtime.comm()
+    n, me = comm.size(), comm.rank()
     if name is None:
         name = f"reducescatter.noname.{next(_noname)}"
-    h = _allreduce_async(tensor, torch.empty_like(tensor), "reducescatter." + name, op, prescale_factor,
-                         postscale_factor, Compression.none, kind="reducescatter")
-    sizes = _even_split(tensor.shape[0], n)
-    start = sum(sizes[:me])
-    p = _pending[h]
-    inner = p.finish
-    p.finish = lambda: inner().narrow(0, start, sizes[me]).clone()
-    return h
+    _verify_ordered(_describe("reducescatter", name, tensor, op=op))
+    t = tensor.detach().to("cpu")
+    narrow = t.dtype in _NARROW_INTS
+    buf = t.to(torch.int32) if narrow else t
+    buf = _scaled(buf, prescale_factor).contiguous()
+    dtype = _dtype_code(buf, f"reducescatter '{name}'")
+    sizes = _even_split(t.shape[0], n)
+    row = math.prod(t.shape[1:])
+    out = torch.empty((sizes[me],) + tuple(t.shape[1:]), dtype=buf.dtype)
+    # Average: the library averages float32/float64 itself; integers and half types are
+    # summed, then scaled as Horovod does (truncation toward zero; fp32 math for fp16).
+    native_avg = op is Average and buf.is_floating_point() and buf.dtype not in _HALF
+    code = Sum.code if (op is Average and not native_avg) else op.code
+    _lib(comm.reduce_scatter, buf.data_ptr(), out.data_ptr(), [s * row for s in sizes], dtype, code, name)
+    result = out
+    if op is Average and not native_avg:
+        if not result.is_floating_point() and postscale_factor == 1.0:
+            result = torch.div(result, n, rounding_mode="trunc")
+        else:
+            result = _scaled(result, postscale_factor / n)
+    elif postscale_factor != 1.0:
+        result = _scaled(result, postscale_factor)
+    return _done(result.to(t.dtype).to(tensor.device))
 
 
 def reducescatter_async(tensor, name=None, op=None, process_set=None, prescale_factor=1.0, postscale_factor=1.0):
