@@ -198,8 +198,12 @@ struct Checkpointer::Impl {
   std::vector<std::string> rejected;  // by the last load_latest
   // Every checkpoint this Checkpointer loaded: the parents in the provenance of what it
   // saves from then on (ckpt/provenance.hpp). Only rank 0 records them (it writes the record).
+  // Hashed at the next save (on the writer thread for save_async), not at load: a resume
+  // must not read the whole checkpoint a second time before training can start.
   std::vector<provenance::Parent> parents;
-  void note_parent(const LoadReport& r, std::uint32_t rank);
+  std::vector<std::pair<provenance::Parent, bool>> unhashed;  // (parent without digest, drop its pages)
+  void note_parent(const LoadReport& r, std::uint32_t rank, bool drop);
+  const std::vector<provenance::Parent>& hashed_parents();
 
   // Writes through `dir` (a pinned directory's /proc/self/fd/N); `shown` names it in reports.
   SaveReport write(const fs::path& dir, const fs::path& shown, const Options& options, const State& st);
@@ -258,7 +262,7 @@ SaveReport Checkpointer::Impl::write(const fs::path& dir, const fs::path& shown,
   meta.saker_version = PACKAGE_VERSION;
   meta.config = st.config;
   meta.lineage = st.lineage;
-  if (st.rank == 0) meta.provenance = provenance::encode(provenance::collect(parents));
+  if (st.rank == 0) meta.provenance = provenance::encode(provenance::collect(hashed_parents()));
   if (key) {
     meta.encryption = crypto::kCipherName;
     meta.key_id = key->id;
@@ -495,23 +499,31 @@ std::optional<SaveReport> Checkpointer::wait() {
   return SaveHandle(job).wait();
 }
 
-void Checkpointer::Impl::note_parent(const LoadReport& r, std::uint32_t rank) {
-  if (rank != 0) return;
-  try {
-    provenance::Parent p{provenance::file_sha256(r.file), r.state.run_id, r.state.step, r.file.string()};
-    for (const auto& q : parents)
-      if (q.sha256 == p.sha256) return;
-    parents.push_back(std::move(p));
-  } catch (const std::exception& e) {
-    log::warn(std::string("ckpt: the checkpoint just loaded cannot be hashed for the provenance of later saves: ") + e.what());
+void Checkpointer::Impl::note_parent(const LoadReport& r, std::uint32_t rank, bool drop) {
+  if (rank == 0) unhashed.push_back({{"", r.state.run_id, r.state.step, r.file.string()}, drop});
+}
+
+const std::vector<provenance::Parent>& Checkpointer::Impl::hashed_parents() {
+  for (auto& [p, drop] : unhashed) {
+    try {
+      p.sha256 = provenance::file_sha256(p.file, drop);
+      bool seen = false;
+      for (const auto& q : parents) seen = seen || q.sha256 == p.sha256;
+      if (!seen) parents.push_back(p);
+    } catch (const std::exception& e) {
+      log::warn("ckpt: the checkpoint loaded from " + p.file + " cannot be hashed, so later checkpoints do not name it " +
+                "as their parent: " + e.what());
+    }
   }
+  unhashed.clear();
+  return parents;
 }
 
 LoadReport Checkpointer::load(const fs::path& file, std::uint32_t rank, std::uint32_t world_size) {
   wait();
   LoadReport r = load_checkpoint(file, rank, world_size, impl_->key ? &*impl_->key : nullptr,
                                  drop_read_cache(options_.read_cache, world_size));
-  impl_->note_parent(r, rank);
+  impl_->note_parent(r, rank, drop_read_cache(options_.read_cache, world_size));
   return r;
 }
 
@@ -529,7 +541,7 @@ std::optional<LoadReport> Checkpointer::load_latest(std::uint32_t rank, std::uin
       LoadReport r = load_checkpoint(*it, rank, world_size, impl_->key ? &*impl_->key : nullptr,
                                      drop_read_cache(options_.read_cache, world_size));
       if (accept) accept(r);
-      impl_->note_parent(r, rank);
+      impl_->note_parent(r, rank, drop_read_cache(options_.read_cache, world_size));
       r.rejected = rejected;
       log::info("ckpt: loaded " + it->string() + " (step " + std::to_string(r.state.step) +
                 (r.resharded ? ", resharded from world size " + std::to_string(r.saved_world_size) : std::string()) + ")");

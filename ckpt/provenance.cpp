@@ -123,12 +123,13 @@ Record decode(const std::string& text, const std::string& where) {
   return r;
 }
 
-std::string file_sha256(const fs::path& file) {
+std::string file_sha256(const fs::path& file, bool drop_behind) {
   const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw Error(explain(file.string(), std::string("cannot open: ") + std::strerror(errno), "check the path"));
   std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
   bool ok = ctx && EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) == 1;
   std::vector<unsigned char> buf(std::size_t{1} << 20);
+  off_t at = 0;
   for (;;) {
     const ssize_t n = ::read(fd, buf.data(), buf.size());
     if (n < 0 && errno == EINTR) continue;
@@ -137,6 +138,8 @@ std::string file_sha256(const fs::path& file) {
       break;
     }
     ok = ok && EVP_DigestUpdate(ctx.get(), buf.data(), static_cast<std::size_t>(n)) == 1;
+    if (drop_behind) ::posix_fadvise(fd, at, n, POSIX_FADV_DONTNEED);
+    at += n;
   }
   const int err = errno;
   ::close(fd);

@@ -62,6 +62,7 @@ Record collect(const std::vector<Parent>& loaded);
 Code code_identity();  // computed once per process
 
 // SHA-256 of a file's bytes (64 hex digits); throws saker::Error naming the file.
-std::string file_sha256(const std::filesystem::path& file);
+// drop_behind: each piece's page-cache pages are dropped once hashed (as a load does).
+std::string file_sha256(const std::filesystem::path& file, bool drop_behind = false);
 
 }  // namespace saker::ckpt::provenance
