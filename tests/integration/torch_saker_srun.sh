@@ -35,7 +35,7 @@ job=$(it_job env SAKER_CKPT_DIR="$IT_PREFIX/ck-pre" SAKER_EXAMPLE_PREEMPT=4:scan
   --ntasks-per-node=2 --open-mode=append -o "$IT_PREFIX/pre.out" "$ex/train.sbatch" "$ex/train_hvd.py" --steps 10)
 assert_eq COMPLETED "$(it_job_wait "$job" 300)" "the preempted job is requeued and completes"
 text=$(cat "$IT_PREFIX/pre.out")
-assert_contains "$text" "preempted: emergency checkpoint of step" "the ranks took an emergency checkpoint"
+assert_contains "$text" "stopped by SIGUSR1: emergency checkpoint of step" "the ranks took an emergency checkpoint"
 assert_contains "$text" "requeue: preempted" "saker-run requeued the job"
 assert_contains "$text" "resumed from step" "the requeued job resumed from it"
 assert_eq "$(hashes "$IT_PREFIX/pre.out")" "$(hashes "$IT_PREFIX/train_hvd.out")" "preempted and requeued: the uninterrupted hash"

@@ -106,7 +106,7 @@ done
 for script in train_hvd train_ddp; do
   assert_rc 75 "$script: preempted (saker-run --local stops with the ranks' 75 instead of requeueing)" -- env SAKER_EXAMPLE_PREEMPT=7 \
     "$run" --local -n 2 --ckpt-dir "$tmp/pre-$script" -- $py "$ex/$script.py" --steps $steps
-  assert_contains "$IT_OUT" "preempted: emergency checkpoint of step 8 committed" "$script: emergency checkpoint"
+  assert_contains "$IT_OUT" "stopped by SIGUSR1: emergency checkpoint of step 8 committed" "$script: emergency checkpoint"
   assert_rc 0 "$script: run again" -- "$run" --local -n 2 --ckpt-dir "$tmp/pre-$script" -- $py "$ex/$script.py" --steps $steps
   assert_contains "$IT_OUT" "resumed from step 8" "$script resumes from the emergency checkpoint"
   assert_eq "$(hash_of "$IT_OUT" 0)" "$(hash_of "$hvd1" 0)" "$script after preemption: the uninterrupted hash"

@@ -178,11 +178,14 @@ def load_latest(directory, model=None, optimizer=None, key_file=None, policy=Non
 
 # ---------------------------------------------------------------- preemption
 _signalled = False
+_signal_name = ""  # the first signal noted, for the message
 
 
 def _on_signal(signum, frame):
-    global _signalled
+    global _signalled, _signal_name
     _signalled = True
+    if not _signal_name:
+        _signal_name = signal.Signals(signum).name
 
 
 def install_preemption_handler(signals=(signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGINT)):
@@ -204,8 +207,12 @@ def exit_if_preempted(directory, model=None, optimizer=None, step=0, extra=None,
     save(directory, model=model, optimizer=optimizer, step=step, extra=extra, **options)
     rank, _ = _where()
     if rank == 0:
-        print(f"saker.torch.checkpoint: preempted: emergency checkpoint of step {step} committed; exiting for "
-              "requeue", flush=True)
+        # Say what happened and what comes next as it is: the signal may be Ctrl-C on a
+        # local run (nothing requeues it) as well as a preemption (saker-run requeues).
+        why = f"stopped by {_signal_name}" if _signal_name else "stopped by a signal on another rank"
+        print(f"saker.torch.checkpoint: {why}: emergency checkpoint of step {step} committed in {directory}; "
+              "exiting 75 (saker-run requeues the job inside Slurm, and stops with --local; running again "
+              "resumes from it)", flush=True)
         marker = os.environ.get("SAKER_PREEMPT_MARKER")
         if marker:
             # 0600, never through a symbolic link nor into a file another user planted there
