@@ -8,6 +8,12 @@ result line: `result KEY VALUE_S`.
                 nothing (a comm hook that returns the bucket at once).
   fused       : a 64 MiB fp32 allreduce from Python, through saker.torch's fusion
                 buffer (hvd.allreduce_) and through the raw binding (one call).
+  collectives : reduce-scatter, alltoall and allgather busbw (GB/s, nccl-tests' definition:
+                whole buffer x (n-1)/n / time) at 1, 4, 16 and 64 MiB, over the saker
+                backend, over torch's gloo backend in the same processes (a gloo group
+                beside saker's), and through saker.torch's Horovod API (hvd.reducescatter,
+                hvd.alltoall, hvd.allgather, with their cross-rank check); interleaved
+                block by block, so that a busy moment hits every way alike.
 """
 
 import statistics
@@ -118,7 +124,59 @@ def fused():
             print(f"result python.{name} {statistics.median(ts):.6f}", flush=True)
 
 
-if sys.argv[1] == "ddp":
+def _gloo_reduce_scatter(out, inp, group):
+    """torch 1.13's gloo has no reduce_scatter: its users allreduce and keep their slice."""
+    try:
+        dist.reduce_scatter_tensor(out, inp, group=group)
+    except RuntimeError:
+        buf = inp.clone()
+        dist.all_reduce(buf, group=group)
+        out.copy_(buf.narrow(0, dist.get_rank() * out.numel(), out.numel()))
+
+
+def collectives(sizes):
+    dist.init_process_group("saker")
+    gloo = dist.new_group(backend="gloo")
+    hvd.init()
+    n, r = dist.get_world_size(), dist.get_rank()
+    for nbytes in sizes:
+        part = nbytes // 4 // n
+        inp, out_part, out_all = torch.full((part * n,), float(r + 1)), torch.empty(part), torch.empty(part * n)
+        mine = torch.full((part,), float(r + 1))
+        ways = {
+            "reduce_scatter": {"saker": lambda: dist.reduce_scatter_tensor(out_part, inp),
+                               "gloo": lambda: _gloo_reduce_scatter(out_part, inp, gloo),
+                               "hvd": lambda: hvd.reducescatter(inp, op=hvd.Sum, name="bench.rs")},
+            "alltoall": {"saker": lambda: dist.all_to_all_single(out_all, inp),
+                         "gloo": lambda: dist.all_to_all_single(out_all, inp, group=gloo),
+                         "hvd": lambda: hvd.alltoall(inp, name="bench.a2a")},
+            "allgather": {"saker": lambda: dist.all_gather_into_tensor(out_all, mine),
+                          "gloo": lambda: dist.all_gather(list(out_all.split(part)), mine, group=gloo),
+                          "hvd": lambda: hvd.allgather(mine, name="bench.ag")},
+        }
+        calls = max(1, min(20, (64 << 20) // nbytes))
+        for op, by_way in ways.items():
+            for way in by_way.values():
+                way(), way()  # warm-up
+            times = {w: [] for w in by_way}
+            for _ in range(7):
+                for w, fn in by_way.items():
+                    dist.barrier()
+                    t0 = time.perf_counter()
+                    for _ in range(calls):
+                        fn()
+                    times[w].append((time.perf_counter() - t0) / calls)
+            if r == 0:
+                for w, ts in times.items():
+                    busbw = nbytes * (n - 1) / n / statistics.median(ts) / 1e9
+                    print(f"result {op}.{nbytes}.{w} {busbw:.6f}", flush=True)
+    hvd.shutdown()
+    dist.destroy_process_group()
+
+
+if sys.argv[1] == "collectives":
+    collectives([int(x) for x in (sys.argv[2] if len(sys.argv) > 2 else "1048576,4194304,16777216,67108864").split(",")])
+elif sys.argv[1] == "ddp":
     ddp(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else sys.argv[2])
 else:
     fused()
