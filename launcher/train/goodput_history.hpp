@@ -3,8 +3,9 @@
 // text file in the checkpoint directory (0600, replaced atomically): one line per
 // attempt with its start, the last time it was seen alive (each checkpoint) and how it
 // ended. An attempt still marked "running" when the next one starts crashed or was
-// killed; one that ended "stopped" was preempted (SIGTERM/SIGUSR1/SIGINT, emergency
-// checkpoint): both count as interruptions, since either way the job restarted.
+// killed; one that ended "stopped" was preempted (SIGTERM/SIGUSR1/SIGINT or a resize
+// notice, after its checkpoint): both count as interruptions, since either way the job
+// restarted.
 #pragma once
 
 #include <cstddef>
