@@ -16,8 +16,10 @@ namespace saker::train {
 struct ReducerChoice {
   std::unique_ptr<Reducer> reducer;
   DeviceDecision decision;
-  // The start-up line rank 0 prints, e.g. "saker-train: gradients allreduced with NCCL
-  // on GPU 0 (PCI 0000:3b:00.0)" or "... over saker's host ring (no CUDA device visible: ...)".
+  // The start-up line rank 0 prints, e.g. "saker-train: NCCL set up on GPU 0 (PCI
+  // 0000:3b:00.0) (...); gradients are summed in saker's canonical order over the host
+  // ring, ..." or "saker-train: gradients allreduced over saker's host ring (no CUDA device
+  // visible: ...)".
   std::string line;
 };
 
