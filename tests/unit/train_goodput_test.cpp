@@ -338,3 +338,27 @@ TEST_CASE("goodput: train() with --ckpt-every auto saves the same steps on every
   CHECK(stores[0].steps.back() == 80);
   CHECK(stores[0].steps == stores[1].steps);
 }
+
+TEST_CASE("goodput: saker-train's session writes this attempt's line at the start and its end at the end") {
+  TempDir t;
+  const std::string path = (t.path / FailureHistory::kFileName).string();
+  SoloReducer solo;
+  {
+    GoodputSession first(0, t.path.string(), solo, false);
+    FailureHistory h(path);
+    REQUIRE(h.load().empty());
+    REQUIRE(h.attempts().size() == 1);
+    CHECK(h.attempts()[0].end == FailureHistory::End::running);  // a crash now would leave it so
+    first.finished(true);                                           // preempted: emergency checkpoint
+  }
+  CHECK(mode_of(path) == 0600);
+  GoodputSession second(0, t.path.string(), solo, false);
+  second.finished(false);
+  FailureHistory h(path);
+  REQUIRE(h.load().empty());
+  REQUIRE(h.attempts().size() == 2);
+  CHECK(h.attempts()[0].end == FailureHistory::End::stopped);
+  CHECK(h.attempts()[1].end == FailureHistory::End::done);
+  h.begin(AutoInterval::wall_seconds(), false);
+  CHECK(h.interruptions() == 1);
+}
