@@ -12,8 +12,9 @@
 // bytes (the peer closed, or the wait times out). The receiver bounds the length before
 // it sizes or reads anything, and passes no byte of a frame on before its tag holds.
 //
-// The EVP context of each direction lives as long as the link's sender or receiver (no
-// allocation per frame). Neither is thread-safe: one thread drives a direction at a time.
+// The EVP contexts of each direction live as long as the link's sender or receiver (no
+// allocation per frame). Neither is thread-safe: one thread drives a direction at a time
+// (its pool's helpers only seal or open frames it hands them, aead_pool.hpp).
 #pragma once
 
 #include <sys/types.h>
@@ -30,6 +31,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "launcher/comm/aead_pool.hpp"
 
 namespace saker::comm::aead {
 
@@ -93,49 +95,97 @@ class Opener {
   std::string link_;
 };
 
+// One frame of a stream on its way: a keyed context of its own (so that helpers can
+// seal or open several frames of one direction at once), its bytes, where it goes.
+struct FrameJob;
+
 // One direction of a link as a non-blocking stream of frames. Both mirror send(2) and
-// recv(2) for the ring's loops: >0 bytes moved on the socket, -1 with errno (EAGAIN:
-// nothing to do now), and for the receiver 0 when the peer closed.
+// recv(2) for the ring's loops: >0 progress (bytes moved on the socket, or frames
+// passed on), -1 with errno (EAGAIN: nothing to do now), and for the receiver 0 when
+// the peer closed. With a pool, up to 2 frames per thread are sealed ahead or opened
+// behind by its helpers; without one, each frame is sealed or opened when it is
+// needed, on the calling thread. Either way frames go out, and are passed on, in
+// sequence order, each under the nonce of its own sequence number.
 class SealedSender {
  public:
-  SealedSender(const Key& key, std::string link) : sealer_(key, std::move(link)) {}
+  SealedSender(const Key& key, std::string link, CryptoPool* pool = nullptr);
+  ~SealedSender();
+  SealedSender(const SealedSender&) = delete;
+  SealedSender& operator=(const SealedSender&) = delete;
   // Sends data[0, len) as frames of at most frame_bytes of payload.
   void start(const char* data, std::size_t len, std::size_t frame_bytes);
-  // Once the previous frame is out, seals the next from data[sealed(), available);
-  // then hands the kernel what it takes of the frame.
+  // Offers frames of data[0, available) for sealing; once the frame in front is sealed
+  // (here, or waiting for the helper sealing it), hands the kernel what it takes of it.
   ssize_t pump(int fd, std::size_t available);
-  bool done() const { return sealed_ == len_ && out_ == frame_len_; }
+  bool done() const { return submitted_ == len_ && head_ == tail_; }
   // Whether pump() has bytes for the socket (a frame not yet out, or data to seal).
-  bool can_send(std::size_t available) const { return out_ < frame_len_ || sealed_ < std::min(available, len_); }
-  std::size_t sealed() const { return sealed_; }
-  Sealer& sealer() { return sealer_; }
+  bool can_send(std::size_t available) const { return head_ != tail_ || submitted_ < std::min(available, len_); }
+  std::uint64_t sequence() const { return next_seq_; }  // the next frame's
+  const std::string& link() const { return link_; }
+  // Stops every helper's work on this direction and waits for what has started (the
+  // data may go away after a failed collective). A stream cut so stays unusable.
+  void drain();
 
  private:
-  Sealer sealer_;
-  std::vector<unsigned char> frame_;  // grows once to the largest frame
+  void offer(std::size_t available);
+
+  std::string link_;
+  CryptoPool* pool_;
+  std::vector<std::unique_ptr<FrameJob>> slots_;  // a ring: [head_, tail_) in flight
   const char* data_ = nullptr;
-  std::size_t len_ = 0, sealed_ = 0, frame_bytes_ = 0, frame_len_ = 0, out_ = 0;
+  std::size_t len_ = 0, submitted_ = 0, frame_bytes_ = 0, out_ = 0, head_ = 0, tail_ = 0;
+  std::uint64_t next_seq_ = 0;
 };
 
 class SealedReceiver {
  public:
-  SealedReceiver(const Key& key, std::string link) : opener_(key, std::move(link)) {}
-  // Expects len bytes of payload into dst. staged: every frame is opened at dst[0]
-  // (dst holds max_frame bytes) and must be whole elems; else at dst + got().
+  // on_frame(offset, length): a frame whose tag held, offset in the whole payload.
+  using OnFrame = std::function<void(std::size_t, std::size_t)>;
+  SealedReceiver(const Key& key, std::string link, CryptoPool* pool = nullptr);
+  ~SealedReceiver();
+  SealedReceiver(const SealedReceiver&) = delete;
+  SealedReceiver& operator=(const SealedReceiver&) = delete;
+  // Expects len bytes of payload into dst. staged: every frame must be whole elems and
+  // is passed on at dst[0] (dst holds max_frame bytes; with a pool it is opened in its
+  // own buffer and copied there when its turn comes); else it is opened at dst + got().
   void start(char* dst, std::size_t len, std::size_t max_frame, std::size_t elem, bool staged);
-  // Receives what has arrived (one frame at most); when a frame is whole, opens it and
-  // calls on_frame(offset, length) (offset: in the whole payload; may be empty).
-  ssize_t pump(int fd, const std::function<void(std::size_t, std::size_t)>& on_frame);
+  // Receives what has arrived (one frame at most), and calls on_frame for each frame in
+  // sequence whose tag held. When nothing arrived it opens the next frame here, or
+  // waits for the helper opening it, so that progress never waits on the socket alone.
+  ssize_t pump(int fd, const OnFrame& on_frame);
   bool done() const { return got_ == len_; }
   std::size_t got() const { return got_; }
-  Opener& opener() { return opener_; }
+  std::uint64_t sequence() const { return next_seq_; }  // the next frame's to arrive
+  const std::string& link() const { return link_; }
+  void drain();  // as SealedSender::drain
 
  private:
-  Opener opener_;
-  std::vector<unsigned char> frame_;
+  ssize_t receive(int fd);
+  std::size_t deliver(const OnFrame& on_frame, std::size_t wait);
+
+  std::string link_;
+  CryptoPool* pool_;
+  std::vector<std::unique_ptr<FrameJob>> slots_;
   char* dst_ = nullptr;
-  std::size_t len_ = 0, got_ = 0, max_frame_ = 0, elem_ = 1, have_ = 0, need_ = kHeader;
+  std::size_t len_ = 0, got_ = 0, received_ = 0, max_frame_ = 0, elem_ = 1, have_ = 0, need_ = kHeader;
+  std::size_t head_ = 0, tail_ = 0;
+  std::uint64_t next_seq_ = 0;
   bool staged_ = false;
+};
+
+// Drains a collective's sealed directions when it ends, however it ends (no helper may
+// touch its buffers afterwards).
+struct Drain {
+  SealedSender* tx = nullptr;
+  SealedReceiver* rx = nullptr;
+  Drain() = default;
+  Drain(SealedSender* t, SealedReceiver* r) : tx(t), rx(r) {}
+  Drain(const Drain&) = delete;
+  Drain& operator=(const Drain&) = delete;
+  ~Drain() {
+    if (tx) tx->drain();
+    if (rx) rx->drain();
+  }
 };
 
 // The sealed directions of one communicator channel's links, made on first use from
@@ -145,7 +195,10 @@ class LinkCiphers {
  public:
   using Keys = std::function<std::pair<Key, Key>(int peer, int channel)>;
   using Who = std::function<std::string(int peer)>;
-  LinkCiphers(Keys keys, Who who) : keys_(std::move(keys)), who_(std::move(who)) {}
+  // threads: crypto_threads() (aead_pool.hpp); above 1, a pool of threads-1 helpers
+  // serves every direction of the channel.
+  LinkCiphers(Keys keys, Who who, int threads = 1)
+      : keys_(std::move(keys)), who_(std::move(who)), pool_(threads > 1 ? std::make_unique<CryptoPool>(threads - 1) : nullptr) {}
   SealedSender& sender(int peer, int channel);
   SealedReceiver& receiver(int peer, int channel);
 
@@ -158,6 +211,7 @@ class LinkCiphers {
 
   Keys keys_;
   Who who_;
+  std::unique_ptr<CryptoPool> pool_;  // outlives links_ (declared before it)
   std::map<std::pair<int, int>, Both> links_;
 };
 

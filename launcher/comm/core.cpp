@@ -47,7 +47,7 @@ static std::unique_ptr<aead::LinkCiphers> ciphers_for(Mesh& mesh, const Options&
         const auth::LinkKeys& k = mesh.link_keys(peer, channel);
         return std::make_pair(k.send, k.recv);
       },
-      [&mesh](int peer) { return mesh.who(peer); });
+      [&mesh](int peer) { return mesh.who(peer); }, aead::crypto_threads(ranks_on_this_machine(mesh)));
 }
 
 Core::Core(Mesh& mesh, const Topology& topo, int channel, const Options& options, Timeline* timeline)

@@ -172,6 +172,7 @@ void Ring::exchange(const void* sbuf, std::size_t slen, void* rbuf, std::size_t 
   aead::SealedReceiver* rx = ciphers_ && rlen > 0 ? &ciphers_->receiver(prev, rch) : nullptr;
   if (tx) tx->start(sp, slen, chunk);
   if (rx) rx->start(rp, rlen, staged ? chunk : aead::kMaxFrame, elem, staged);
+  aead::Drain drain(tx, rx);  // after the send thread has stopped: no helper left on our buffers
   std::unique_ptr<SendThread> sender;
   if (threaded && !forward && slen > 0 && rlen > 0) {
     sender = std::make_unique<SendThread>(mesh_, sfd, sp, slen, tx);
@@ -382,6 +383,7 @@ void Ring::allreduce_exchange(char* base, const std::vector<std::size_t>& seg, D
 
 void Ring::exchange_all(std::vector<Transfer>& xs, const char* during) {
   std::vector<int> sfds, rfds;
+  std::vector<aead::Drain> drains(xs.size());  // however this ends, no helper is left on our buffers
   for (Transfer& x : xs) {
     const int sch = channel_between(index_, x.index), rch = channel_between(x.index, index_);
     sfds.push_back(x.slen > 0 ? mesh_.link(x.peer, sch) : -1);
@@ -389,6 +391,8 @@ void Ring::exchange_all(std::vector<Transfer>& xs, const char* during) {
     // Transit::encrypt: sealed frames of up to a chunk; sent counts wire bytes then.
     if (ciphers_ && x.slen > 0) (x.tx = &ciphers_->sender(x.peer, sch))->start(x.send, x.slen, chunk_);
     if (ciphers_ && x.rlen > 0) (x.rx = &ciphers_->receiver(x.peer, rch))->start(x.recv, x.rlen, aead::kMaxFrame, 1, false);
+    drains[sfds.size() - 1].tx = x.tx;
+    drains[sfds.size() - 1].rx = x.rx;
   }
   auto sending = [](const Transfer& x) { return x.tx ? !x.tx->done() : x.sent < x.slen; };
   std::size_t total = 0;

@@ -6,6 +6,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <memory>
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <functional>
@@ -55,10 +58,10 @@ std::vector<char> opened(Opener& o, std::vector<unsigned char> frame, std::size_
 }
 
 // What a SealedSender puts on the wire for these payloads (frames of frame_bytes).
-std::string wire_of(const std::vector<char>& data, std::size_t frame_bytes) {
+std::string wire_of(const std::vector<char>& data, std::size_t frame_bytes, CryptoPool* pool = nullptr) {
   int sv[2];
   REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
-  SealedSender tx(key_of(1), "the link to rank 0 (host h0), channel 0");
+  SealedSender tx(key_of(1), "the link to rank 0 (host h0), channel 0", pool);
   tx.start(data.data(), data.size(), frame_bytes);
   std::string out;
   char buf[65536];
@@ -76,12 +79,14 @@ std::string wire_of(const std::vector<char>& data, std::size_t frame_bytes) {
 // Feeds bytes (then end of stream) to a SealedReceiver expecting len bytes; returns
 // what it delivered through on_frame, or throws what it threw. *ended: the stream
 // ended before len bytes arrived.
-std::vector<char> receive(const std::string& bytes, std::size_t len, std::size_t max_frame, bool* ended = nullptr) {
+// staged: frames are passed on at dst[0] (a reduction's staging buffer).
+std::vector<char> receive(const std::string& bytes, std::size_t len, std::size_t max_frame, bool* ended = nullptr,
+                          CryptoPool* pool = nullptr, bool staged = false) {
   int sv[2];
   REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
-  SealedReceiver rx(key_of(1), kLink);
+  SealedReceiver rx(key_of(1), kLink, pool);
   std::vector<char> dst(len), delivered(len);
-  rx.start(dst.data(), len, max_frame, 1, false);
+  rx.start(dst.data(), len, max_frame, 1, staged);
   std::size_t fed = 0;
   bool closed = false;
   auto cleanup = [&] { close(sv[0]); if (!closed) close(sv[1]); };
@@ -94,7 +99,9 @@ std::vector<char> receive(const std::string& bytes, std::size_t len, std::size_t
         close(sv[1]);
         closed = true;
       }
-      ssize_t k = rx.pump(sv[0], [&](std::size_t off, std::size_t n) { std::memcpy(delivered.data() + off, dst.data() + off, n); });
+      ssize_t k = rx.pump(sv[0], [&](std::size_t off, std::size_t n) {
+        std::memcpy(delivered.data() + off, dst.data() + (staged ? 0 : off), n);
+      });
       if (k == 0) break;  // the peer closed
     }
   } catch (...) {
@@ -107,7 +114,7 @@ std::vector<char> receive(const std::string& bytes, std::size_t len, std::size_t
   return delivered;
 }
 
-void require_tamper_named(const std::function<void()>& f) {
+void require_tamper_named(const std::function<void()>& f, const std::string& also = "") {
   try {
     f();
     FAIL("the edit went undetected");
@@ -116,6 +123,7 @@ void require_tamper_named(const std::function<void()>& f) {
     INFO(what);
     CHECK(what.find(kLink) != std::string::npos);
     CHECK(what.find("tampered with or reordered") != std::string::npos);
+    CHECK(what.find(also) != std::string::npos);
   }
 }
 
@@ -193,47 +201,90 @@ TEST_CASE("aead: a length above the bound is refused before anything is sized by
   require_tamper_named([&] { o.length(small, 4095); });
 }
 
+// Every case runs without helpers (each frame sealed and opened on the calling thread)
+// and with a pool of 1 and 3 helpers sealing ahead and opening behind.
 TEST_CASE("aead: a stream of frames round-trips; edits to the stream are detected", "[comm][aead][attack]") {
+  const int helpers = GENERATE(0, 1, 3);
+  INFO("helpers: " << helpers);
+  std::unique_ptr<CryptoPool> pool = helpers > 0 ? std::make_unique<CryptoPool>(helpers) : nullptr;
+  CryptoPool* p = pool.get();
   const std::size_t n = 100000, frame = 16384;
   auto data = pattern(n, 9);
-  const std::string wire = wire_of(data, frame);
+  const std::string wire = wire_of(data, frame, p);
   const std::size_t frames = (n + frame - 1) / frame, whole = frame + kOverhead;
   REQUIRE(wire.size() == n + frames * kOverhead);
+  // Helpers seal the same frames under the same nonces: the wire is byte for byte the same.
+  CHECK(wire == wire_of(data, frame));
   CHECK(wire.find(std::string(data.data() + 1000, 64)) == std::string::npos);  // no plaintext on the wire
-  SECTION("intact") { CHECK(receive(wire, n, frame) == data); }
-  SECTION("a receiver that takes bigger frames than the sender sends") { CHECK(receive(wire, n, kMaxFrame) == data); }
-  SECTION("a flipped byte in the third frame: the first two are delivered, nothing after") {
+  SECTION("intact") { CHECK(receive(wire, n, frame, nullptr, p) == data); }
+  SECTION("intact, staged: every frame passed on at the front of the buffer") {
+    CHECK(receive(wire, n, frame, nullptr, p, /*staged=*/true) == data);
+  }
+  SECTION("a receiver that takes bigger frames than the sender sends") { CHECK(receive(wire, n, kMaxFrame, nullptr, p) == data); }
+  SECTION("a flipped byte in the third frame: named as frame 2") {
     std::string w = wire;
     w[2 * whole + 100] ^= 0x40;
-    std::vector<char> got;
-    require_tamper_named([&] { got = receive(w, n, frame); });
+    require_tamper_named([&] { receive(w, n, frame, nullptr, p); }, "frame 2 of this direction");
   }
   SECTION("a dropped frame") {
     std::string w = wire.substr(0, whole) + wire.substr(2 * whole);
-    require_tamper_named([&] { receive(w, n, frame); });
+    require_tamper_named([&] { receive(w, n, frame, nullptr, p); }, "frame 1 of this direction");
   }
   SECTION("two frames swapped") {
     std::string w = wire.substr(whole, whole) + wire.substr(0, whole) + wire.substr(2 * whole);
-    require_tamper_named([&] { receive(w, n, frame); });
+    require_tamper_named([&] { receive(w, n, frame, nullptr, p); }, "frame 0 of this direction");
   }
   SECTION("a replayed frame") {
     std::string w = wire.substr(0, whole) + wire.substr(0, whole) + wire.substr(whole);
-    require_tamper_named([&] { receive(w, n, frame); });
+    require_tamper_named([&] { receive(w, n, frame, nullptr, p); }, "frame 1 of this direction");
   }
   SECTION("a frame's length inflated past what is expected") {
     std::string w = wire;
     w[2] = 0x10;  // 16384 + 1 MiB
-    require_tamper_named([&] { receive(w, n, frame); });
+    require_tamper_named([&] { receive(w, n, frame, nullptr, p); });
   }
   SECTION("the stream cut short: mid-frame, and after a whole frame") {
     for (std::size_t cut : {whole + 7, 2 * whole, wire.size() - 1}) {
       bool ended = false;
-      auto got = receive(wire.substr(0, cut), n, frame, &ended);
+      auto got = receive(wire.substr(0, cut), n, frame, &ended, p);
       CHECK(ended);
       CHECK(got.size() == cut / whole * frame);  // only whole authenticated frames
       CHECK(std::equal(got.begin(), got.end(), data.begin()));
     }
   }
+}
+
+TEST_CASE("aead: a direction drained mid-stream (a failed collective) cannot be used again", "[comm][aead]") {
+  CryptoPool pool(2);
+  auto data = pattern(1u << 20, 3);
+  int sv[2];
+  REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+  {
+    SealedSender tx(key_of(1), "the link to rank 0 (host h0), channel 0", &pool);
+    tx.start(data.data(), data.size(), 65536);
+    CHECK(tx.pump(sv[0], data.size()) > 0);  // frames offered to the helpers, the first one going out
+    tx.drain();                               // no helper touches data after this
+    data.assign(data.size(), 0);
+    CHECK_FALSE(tx.done());
+    CHECK_THROWS_WITH(tx.start(data.data(), data.size(), 65536), Catch::Contains("failed earlier in the middle of a frame"));
+  }
+  close(sv[0]);
+  close(sv[1]);
+}
+
+TEST_CASE("aead: SAKER_COMM_CRYPTO_THREADS sets the threads; a bad value is refused, naming it", "[comm][aead]") {
+  setenv("SAKER_COMM_CRYPTO_THREADS", "3", 1);
+  CHECK(crypto_threads(1) == 3);
+  for (const char* bad : {"0", "65", "two", "2x", ""}) {
+    setenv("SAKER_COMM_CRYPTO_THREADS", bad, 1);
+    CHECK_THROWS_WITH(crypto_threads(1), Catch::Contains("SAKER_COMM_CRYPTO_THREADS='" + std::string(bad) + "'") &&
+                                             Catch::Contains("set a number from 1 to 64"));
+  }
+  unsetenv("SAKER_COMM_CRYPTO_THREADS");
+  const int mine = crypto_threads(1);
+  CHECK(mine >= 1);
+  CHECK(mine <= 8);
+  CHECK(crypto_threads(1000) == 1);  // a share of the machine below one CPU is one thread
 }
 
 // ---- A man in the middle of a real TCP ring -------------------------------------------
@@ -476,4 +527,62 @@ TEST_CASE("encrypt: the fusion thread's negotiation and fused allreduces run sea
     for (int i = 0; i < 5; ++i)
       if (ts[static_cast<std::size_t>(i)].back() != static_cast<float>(1 + 2 * i)) f.add("fused tensor " + std::to_string(i));
   }, o, {"n0", "n1"});
+}
+
+namespace {
+
+// What rank 0 of an n-rank TCP ring (a node per rank) ends up with after allreduces of
+// random floats at sizes that take every path (exchange, direct, the ring with and
+// without its send thread, a tail shorter than a chunk), an allgather and a broadcast.
+std::vector<char> collective_bits(int n, Transit transit, int crypto_threads) {
+  setenv("SAKER_COMM_CRYPTO_THREADS", std::to_string(crypto_threads).c_str(), 1);
+  Options o = saker::comm::test::quick_options();
+  o.transit = transit;
+  o.transport = Transport::ring;
+  std::vector<std::string> nodes;
+  for (int r = 0; r < n; ++r) nodes.push_back("n" + std::to_string(r));
+  std::vector<char> out;
+  std::mutex mu;
+  saker::comm::test::run_ranks(n, [&](Communicator& c, saker::comm::test::Failures&) {
+    std::vector<char> mine;
+    auto keep = [&](const void* p, std::size_t bytes) { mine.insert(mine.end(), static_cast<const char*>(p), static_cast<const char*>(p) + bytes); };
+    std::uint64_t x = 0x9e3779b97f4a7c15ull * static_cast<std::uint64_t>(c.rank() + 1);
+    auto rnd = [&x] {  // xorshift: values of every magnitude, so that the order of a sum shows
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      return static_cast<float>(static_cast<std::int64_t>(x >> 11) % 2000001 - 1000000) * std::ldexp(1.0f, static_cast<int>(x % 40) - 20);
+    };
+    for (std::size_t count : {std::size_t{1}, std::size_t{1000}, std::size_t{65537}, std::size_t{(1u << 20) + 3}}) {
+      std::vector<float> v(count);
+      for (float& f : v) f = rnd();
+      c.allreduce(v.data(), v.size(), DataType::f32);
+      keep(v.data(), v.size() * sizeof(float));
+    }
+    std::vector<float> part(300001), all(part.size() * static_cast<std::size_t>(c.size()));
+    for (float& f : part) f = rnd();
+    c.allgather(part.data(), all.data(), part.size() * sizeof(float));
+    keep(all.data(), all.size() * sizeof(float));
+    c.broadcast(part.data(), part.size() * sizeof(float), c.size() - 1);
+    keep(part.data(), part.size() * sizeof(float));
+    if (c.rank() == 0) {
+      std::lock_guard lock(mu);
+      out = std::move(mine);
+    }
+  }, o, nodes);
+  unsetenv("SAKER_COMM_CRYPTO_THREADS");
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("encrypt: results are bitwise those of auth and off, whatever the crypto threads", "[comm][aead][encrypt]") {
+  for (int n : {2, 3}) {
+    INFO(n << " ranks");
+    const std::vector<char> reference = collective_bits(n, Transit::off, 1);
+    REQUIRE(reference.size() > (5u << 20));
+    CHECK(collective_bits(n, Transit::auth, 1) == reference);
+    for (int threads : {1, 2, 4}) {
+      INFO("encrypt, SAKER_COMM_CRYPTO_THREADS=" << threads);
+      CHECK(collective_bits(n, Transit::encrypt, threads) == reference);
+    }
+  }
 }
