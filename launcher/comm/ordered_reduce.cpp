@@ -44,19 +44,31 @@ std::string LogicalMap::describe(int rank) const {
   return "logical workers " + std::to_string(f) + ".." + std::to_string(f + n - 1) + of;
 }
 
+namespace {
+
+// Segment s of the canonical sum: at[l] points at worker l's `len` elements of it.
+// acc = x[s]; acc = x[s+k] + acc: the ring's reduce-scatter order (ring.cpp). One element
+// at a time down the workers, so out may alias any part.
+void fold_segment(const std::vector<const float*>& at, int s, std::size_t len, float* out) {
+  const int n = static_cast<int>(at.size());
+  for (std::size_t i = 0; i < len; ++i) {
+    float acc = at[static_cast<std::size_t>(s)][i];
+    for (int k = 1; k < n; ++k) acc = at[static_cast<std::size_t>((s + k) % n)][i] + acc;
+    out[i] = acc;
+  }
+}
+
+}  // namespace
+
 void canonical_sum(std::span<const float* const> parts, std::size_t count, float* out) {
   const int n = static_cast<int>(parts.size());
   SAKER_ASSERT(n >= 1, "canonical_sum of no parts");
   const std::vector<std::size_t> seg = Ring::even_split(count, n);
+  std::vector<const float*> at(parts.size());
   for (int s = 0; s < n; ++s) {
-    const std::size_t b = seg[static_cast<std::size_t>(s)], e = seg[static_cast<std::size_t>(s) + 1];
-    // acc = x[s]; acc = x[s+k] + acc: the ring's reduce-scatter order (ring.cpp). One
-    // element at a time down the workers, so out may alias any part.
-    for (std::size_t i = b; i < e; ++i) {
-      float acc = parts[static_cast<std::size_t>(s)][i];
-      for (int k = 1; k < n; ++k) acc = parts[static_cast<std::size_t>((s + k) % n)][i] + acc;
-      out[i] = acc;
-    }
+    const std::size_t b = seg[static_cast<std::size_t>(s)];
+    for (std::size_t l = 0; l < parts.size(); ++l) at[l] = parts[l] + b;
+    fold_segment(at, s, seg[static_cast<std::size_t>(s) + 1] - b, out + b);
   }
 }
 
@@ -73,19 +85,49 @@ void OrderedReduce::sum(std::span<float* const> parts, std::size_t count, float*
     if (map_.world() > 1) comm_.allreduce(out, count, DataType::f32, ReduceOp::sum);
     return;
   }
-  const std::size_t widest = static_cast<std::size_t>(map_.widest());
-  send_.assign(widest * count, 0.0f);
-  for (std::size_t j = 0; j < parts.size(); ++j) std::memcpy(&send_[j * count], parts[j], count * sizeof(float));
-  recv_.resize(static_cast<std::size_t>(map_.world()) * widest * count);
-  if (map_.world() > 1) comm_.allgather(send_.data(), recv_.data(), send_.size() * sizeof(float));
-  else recv_ = send_;
-  std::vector<const float*> all(static_cast<std::size_t>(map_.logical()));
-  for (int l = 0; l < map_.logical(); ++l) {
-    const int r = map_.owner(l);
-    const std::size_t slot = static_cast<std::size_t>(r) * widest + static_cast<std::size_t>(l - map_.first(r));
-    all[static_cast<std::size_t>(l)] = &recv_[slot * count];
+  if (map_.world() == 1) {
+    canonical_sum(std::vector<const float*>(parts.begin(), parts.end()), count, out);
+    return;
   }
-  canonical_sum(all, count, out);
+  owner_sum(parts, count, out);
+}
+
+// Rank q reduces the canonical segments of its own logical workers,
+// [seg[first(q)], seg[first(q) + count(q)]): every rank sends it those elements of each of
+// its workers' contributions (alltoallv), q folds each segment in the canonical order,
+// and an allgather (padded to the longest range) gives everyone the whole sum.
+void OrderedReduce::owner_sum(std::span<float* const> parts, std::size_t count, float* out) {
+  const int world = map_.world(), rank = comm_.rank(), logical = map_.logical();
+  const std::vector<std::size_t> seg = Ring::even_split(count, logical);
+  auto lo = [&](int q) { return seg[static_cast<std::size_t>(map_.first(q))]; };
+  auto len = [&](int q) { return seg[static_cast<std::size_t>(map_.first(q) + map_.count(q))] - lo(q); };
+  std::vector<std::size_t> send_counts(static_cast<std::size_t>(world)), recv_counts(send_counts);
+  send_.clear();
+  for (int q = 0; q < world; ++q) {
+    for (float* part : parts) send_.insert(send_.end(), part + lo(q), part + lo(q) + len(q));
+    send_counts[static_cast<std::size_t>(q)] = parts.size() * len(q);
+    recv_counts[static_cast<std::size_t>(q)] = static_cast<std::size_t>(map_.count(q)) * len(rank);
+  }
+  recv_.resize(static_cast<std::size_t>(logical) * len(rank));
+  comm_.alltoallv(send_.data(), send_counts, recv_.data(), recv_counts, 1, DataType::f32, "ordered_reduce");
+  // Rank p's block holds its workers' pieces in logical order: worker l's is the
+  // (l - first(p))-th; the blocks come in rank order, so worker l's piece is the l-th.
+  const std::size_t mine = len(rank), widest = [&] {
+    std::size_t w = 0;
+    for (int q = 0; q < world; ++q) w = std::max(w, len(q));
+    return w;
+  }();
+  std::vector<float> reduced(widest, 0.0f);
+  std::vector<const float*> at(static_cast<std::size_t>(logical));
+  for (int s = map_.first(rank); s < map_.first(rank) + map_.count(rank); ++s) {
+    const std::size_t b = seg[static_cast<std::size_t>(s)] - lo(rank);
+    for (int l = 0; l < logical; ++l) at[static_cast<std::size_t>(l)] = &recv_[static_cast<std::size_t>(l) * mine + b];
+    fold_segment(at, s, seg[static_cast<std::size_t>(s) + 1] - seg[static_cast<std::size_t>(s)], &reduced[b]);
+  }
+  gathered_.resize(static_cast<std::size_t>(world) * widest);
+  comm_.allgather(reduced.data(), gathered_.data(), widest * sizeof(float));
+  for (int q = 0; q < world; ++q)
+    std::memcpy(out + lo(q), &gathered_[static_cast<std::size_t>(q) * widest], len(q) * sizeof(float));
 }
 
 }  // namespace saker::comm

@@ -13,10 +13,12 @@
 //     to Transport::ring; shared memory sums in rank order, a different order, which is
 //     why a 4-rank run on one node used to end with another hash than on 4 nodes). The
 //     bytes moved are exactly a ring allreduce's.
-//   - any other mapping (a run shrunk or grown past its logical workers): every rank
-//     allgathers the contributions it holds (padded to the largest block) and sums all L
-//     in the canonical order itself. That moves about L/2 times a ring allreduce's
-//     bytes: the price of a resized run, not of the steady state.
+//   - any other mapping (a run shrunk onto fewer ranks than L): rank q owns the canonical
+//     segments of its own logical workers; every rank sends each owner those elements of
+//     each contribution it holds (Communicator::alltoallv), the owner folds them in the
+//     canonical order, and an allgather shares the result. A rank holding k workers
+//     sends k times a reduce-scatter's bytes, then the allgather's: the price of a
+//     resized run, not of the steady state.
 #pragma once
 
 #include <cstddef>
@@ -64,9 +66,11 @@ class OrderedReduce {
   void sum(std::span<float* const> parts, std::size_t count, float* out);
 
  private:
+  void owner_sum(std::span<float* const> parts, std::size_t count, float* out);
+
   Communicator& comm_;
   LogicalMap map_;
-  std::vector<float> send_, recv_;
+  std::vector<float> send_, recv_, gathered_;
 };
 
 }  // namespace saker::comm
