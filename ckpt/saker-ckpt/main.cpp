@@ -186,6 +186,26 @@ int cmd_ls(const fs::path& dir, bool quick, bool progress, const std::string& ke
   return rc;
 }
 
+// The provenance record in a few lines (not verified: saker-ckpt provenance --verify does that).
+void show_provenance(const ck::CheckpointInfo& info) {
+  if (info.provenance.empty()) {
+    std::printf("provenance:     (none recorded)\n");
+    return;
+  }
+  const auto r = ck::provenance::decode(info.provenance, info.file.string());
+  std::string datasets;
+  for (const auto& d : r.enforced) datasets += (datasets.empty() ? "" : ",") + d;
+  if (r.attestation.empty())
+    std::printf("attestation:    none (%s)\n", r.attestation_note.c_str());
+  else
+    std::printf("attestation:    job %s step %s, enforced datasets %s (unverified; saker-ckpt provenance --verify)\n",
+                r.job_id.c_str(), r.step_id.c_str(), datasets.empty() ? "(none)" : datasets.c_str());
+  std::printf("code:           %s%s%s\n", r.code.path.c_str(), r.code.sha256.empty() ? "" : (" sha256 " + r.code.sha256).c_str(),
+              r.code.git_commit.empty() ? "" : (" git " + r.code.git_commit).c_str());
+  for (const auto& p : r.parents)
+    std::printf("parent:         sha256 %s (run %s step %" PRIu64 ")\n", p.sha256.c_str(), p.run_id.c_str(), p.step);
+}
+
 int cmd_show(const fs::path& file) {
   const ck::CheckpointInfo info = ck::describe(file);
   std::printf("file:           %s\n", info.file.c_str());
@@ -199,6 +219,7 @@ int cmd_show(const fs::path& file) {
               info.key_id.empty() ? "" : (" (key id " + info.key_id + ")").c_str());
   std::printf("lineage:        %s\n", info.lineage.empty() ? "(none recorded)" : ck::format_lineage(info.lineage).c_str());
   std::printf("config:         %s\n", info.config.empty() ? "(empty)" : info.config.c_str());
+  show_provenance(info);
   std::printf("tensors:        %zu\n", info.tensors.size());
   std::printf("  %-5s  %-32s  %-8s  %-18s  %-24s  %10s  %s\n", "SHARD", "NAME", "DTYPE", "SHAPE", "PLACEMENT", "BYTES",
               "XXH3-128");

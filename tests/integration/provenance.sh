@@ -94,6 +94,35 @@ assert_rc 0 "the resume names its parent" -- "$CKPT" provenance "$c30"
 assert_contains "$IT_OUT" "\"sha256\":\"$(sha256sum "$c20" | cut -d' ' -f1)\"},\"annotations\":{\"runId\"" "by the digest of step 20"
 assert_contains "$IT_OUT" "\"jobId\":\"$job2\"" "and its own job"
 
+assert_rc 0 "saker-ckpt show summarises the provenance" -- "$CKPT" show "$c30"
+assert_contains "$IT_OUT" "attestation:    job $job2 step 0, enforced datasets imagenet@2012" "the attested job and datasets"
+assert_contains "$IT_OUT" "parent:         sha256 $(sha256sum "$c20" | cut -d' ' -f1)" "and the parent"
+
+# --- saker.torch.checkpoint's path: the same library through the Python extension; the code
+# is the script python runs, not the interpreter.
+PYEXT=$SAKER_BUILDDIR/python/saker/.libs
+if [[ -e $PYEXT/_ckpt.so ]]; then
+  script=$work/train_step.py
+  cat >"$script" <<PY
+import ctypes, sys
+sys.path.insert(0, "$PYEXT")
+import _ckpt
+w = (ctypes.c_float * 16)()
+ck = _ckpt.Checkpointer(sys.argv[1], 0, 1)
+ck.save(1, 0, '{"lr": 0.1}', [("w", "float32", [16], ctypes.addressof(w), 64, False)])
+PY
+  chown $ALICE: "$script"
+  assert_rc 0 "a Python job saves through saker._ckpt" -- \
+    srun -p cpu-ae --dataset=imagenet@2012 -N1 -n1 /usr/bin/python3 "$script" "$work/py"
+  assert_rc 0 "its checkpoint verifies" -- "$CKPT" provenance --verify --pubkey "$IT_TMP/site.pub" "$work/py/ckpt-000000000001.h5"
+  assert_rc 0 "its statement" -- "$CKPT" provenance "$work/py/ckpt-000000000001.h5"
+  assert_contains "$IT_OUT" "\"name\":\"code:$script\",\"uri\":\"file://$script\",\"digest\":{\"sha256\":\"$(sha256sum "$script" | cut -d' ' -f1)\"}" \
+    "names the script and its SHA-256 as the code"
+  assert_contains "$IT_OUT" '"interpreter":"/usr/bin/python3' "and python as its interpreter"
+else
+  it_log "saker._ckpt not built ($PYEXT/_ckpt.so): the Python path is not checked here"
+fi
+
 for c in "$c10" "$c20" "$c30" "$ft"; do
   assert_rc 0 "$(basename "$(dirname "$c")")/$(basename "$c") verifies against the site key" -- \
     "$CKPT" provenance --verify --pubkey "$IT_TMP/site.pub" "$c"
