@@ -54,6 +54,26 @@ TEST_CASE("the ranks of a global batch split it, and an epoch visits every row o
   CHECK(loaders[0].cursor().epoch == 1);
 }
 
+TEST_CASE("a rank computing several logical workers reads each one's rows, whatever its block") {
+  // 4 logical workers of a 22-row batch (uneven parts), read by blocks of 1, 2, 3 and 4
+  // workers: every block gives each worker the rows a loader of that worker alone gives.
+  const int rows = 70, batch = 22, logical = 4;
+  for (int first = 0; first < logical; ++first) {
+    for (int count = 1; first + count <= logical; ++count) {
+      Loader block(rows, batch, 0, logical, 9);
+      std::vector<Loader> alone;
+      for (int l = first; l < first + count; ++l) alone.emplace_back(rows, batch, l, logical, 9);
+      for (int step = 0; step < 7; ++step) {  // past an epoch's end (3 batches of 22 in 70)
+        const auto parts = block.next_parts(first, count);
+        REQUIRE(parts.size() == static_cast<std::size_t>(count));
+        for (int j = 0; j < count; ++j) CHECK(parts[static_cast<std::size_t>(j)] == alone[static_cast<std::size_t>(j)].next());
+      }
+      CHECK(block.cursor() == alone[0].cursor());
+    }
+  }
+  CHECK_THROWS_WITH(Loader(50, 3, 0, 4, 1), Catch::Contains("4 logical workers") && Catch::Contains("--logical-ranks"));
+}
+
 TEST_CASE("a restored cursor resumes the exact sequence of batches, across epochs") {
   Loader a(50, 8, 1, 2, 77);
   for (int i = 0; i < 9; ++i) a.next();

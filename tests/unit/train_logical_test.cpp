@@ -149,6 +149,12 @@ TEST_CASE("a resize notice stops every rank at the same step with a checkpoint a
   // notice, left behind): the run goes to the end.
   std::ofstream(notice) << "3\n";
   CHECK(resize_notice_size(notice) == 3);
+  std::ofstream(notice + ".empty").flush();
+  CHECK(resize_notice_size(notice + ".empty") == 0);  // there, but no number: still a notice
+  std::ofstream(notice + ".junk") << "grow\n";
+  CHECK(resize_notice_size(notice + ".junk") == 0);
+  std::remove((notice + ".empty").c_str());
+  std::remove((notice + ".junk").c_str());
   TrainConfig cfg = config();
   cfg.resize_notice = notice;
   cfg.preempt_marker = marker;
