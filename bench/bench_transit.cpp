@@ -1,14 +1,18 @@
 // bench_transit: what encryption in transit costs (issue 28; saker-comm(3), ENCRYPTION IN
-// TRANSIT).
-//   1. allreduce fp32 on a 2-rank TCP ring (forked ranks, a node each) with
-//      Transit::encrypt against auth and off: 64 MiB busbw and 4 KiB latency, the modes
-//      interleaved round by round (rotating their order) so that drift hits all three;
-//   2. beside it, the AES-256-GCM bound: aead::Sealer and aead::Opener on 256 KiB frames
-//      (the ring's default chunk), on one core and on every online core at once, and what
-//      that bound allows a 2-rank ring (each rank seals and opens every byte it moves).
-// Target (issue 28): encrypt >= 0.7x plaintext (auth) busbw at 64 MiB, np=2.
-// Usage: bench_transit [ROUNDS]   (default 5). To measure a loaded machine, run it beside
-// a busy loop (e.g. `yes > /dev/null &`).
+// TRANSIT, PERFORMANCE), in one run, under two machine conditions: as the machine is, and
+// with a busy loop on every online CPU.
+//   1. The AES-256-GCM bound, measured here with OpenSSL EVP (aead::Sealer/Opener on
+//      256 KiB frames, the ring's default chunk): on 1, 2, ... every online CPU at once.
+//   2. allreduce fp32 on a 2-rank TCP ring (forked ranks, a node each) at 4 KiB ... 64 MiB,
+//      with Transit::off, auth, and encrypt under 1 and 2 crypto threads
+//      (SAKER_COMM_CRYPTO_THREADS). Every configuration is a communicator in the same two
+//      processes, measured in back-to-back blocks whose order rotates, so that a shared
+//      machine's drift hits all alike; ratios are taken per block, against off, then
+//      summed up as median [min-max] over the blocks.
+// Targets (issue 28): auth/off >= 0.99x busbw at 64 MiB and <= 1.05x latency at 4 KiB;
+// encrypt >= 0.7x plaintext busbw at 64 MiB, np=2, beside the one-core AES bound.
+// Usage: bench_transit [BLOCKS] [--threads=1,2] [--only=idle|busy]   (BLOCKS default 5)
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,7 +20,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -30,58 +36,79 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr std::size_t kBig = 64u << 20, kSmall = 4096, kFrame = 256 * 1024;
+constexpr std::size_t kFrame = 256 * 1024;
+constexpr std::size_t kSizes[] = {4096, 65536, 1u << 20, 16u << 20, 64u << 20};
+constexpr std::size_t kNumSizes = std::size(kSizes);
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-struct Figures {
-  double lat_us = 0, busbw_gbs = 0;
-};
-
-// Rank r of 2 over the store at port; rank 0 writes its figures to fd out.
-void rank_main(int r, int port, Transit transit, int out) {
-  Options o;
-  o.ignore_environment = true;
-  o.fusion = false;
-  o.transit = transit;
-  o.job_key = std::string(32, '\x42');
-  o.transport = Transport::ring;
-  auto c = Communicator::create(make_tcp_store("127.0.0.1", port, o), Placement{r, 2, "node" + std::to_string(r), "h", -1}, o);
-  std::vector<float> small(kSmall / 4, 1.0f), big(kBig / 4, 1.0f);
-  std::vector<double> lat, bw;
-  for (int block = 0; block < 5; ++block) {
-    for (int i = 0; i < 100; ++i) c->allreduce(small.data(), small.size(), DataType::f32);
-    auto t0 = Clock::now();
-    for (int i = 0; i < 500; ++i) c->allreduce(small.data(), small.size(), DataType::f32);
-    lat.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / 500);
-  }
-  for (int i = 0; i < 2; ++i) c->allreduce(big.data(), big.size(), DataType::f32);  // warm: buffers, send-thread choice
-  for (int i = 0; i < 7; ++i) {
-    c->barrier();
-    auto t0 = Clock::now();
-    c->allreduce(big.data(), big.size(), DataType::f32);
-    double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    bw.push_back(static_cast<double>(kBig) / s / 1e9);  // busbw = algbw * 2(n-1)/n = algbw at n=2
-  }
-  c->barrier();
-  if (r == 0) {
-    Figures f{median(lat), median(bw)};
-    if (write(out, &f, sizeof f) != sizeof f) std::perror("bench_transit: write");
-  }
+std::string spread(const std::vector<double>& v, const char* fmt = "%.2f") {
+  if (v.empty()) return "-";
+  auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+  char m[32], a[32], b[32], s[112];
+  std::snprintf(m, sizeof m, fmt, median(v));
+  std::snprintf(a, sizeof a, fmt, *lo);
+  std::snprintf(b, sizeof b, fmt, *hi);
+  std::snprintf(s, sizeof s, "%s [%s-%s]", m, a, b);
+  return s;
 }
 
-Figures allreduce_run(Transit transit) {
-  Options so;
-  so.transit = transit;
-  so.job_key = std::string(32, '\x42');
-  TcpStoreServer store(0, so, "127.0.0.1");
-  Figures f{};
-  saker::bench::run_forked_ranks(2, "bench_transit", &f, sizeof f,
-                                 [&](int r, int out) { rank_main(r, store.port(), transit, out); });
-  return f;
+struct Config {
+  std::string name;
+  Transit transit;
+  int threads;  // SAKER_COMM_CRYPTO_THREADS
+};
+
+// One figure per size: 4 KiB the latency in us, the others busbw in GB/s
+// (algbw * 2(n-1)/n = algbw at n=2).
+double measure(Communicator& c, std::vector<float>& buf, std::size_t bytes) {
+  const std::size_t count = bytes / sizeof(float);
+  if (bytes <= 4096) {
+    for (int i = 0; i < 20; ++i) c.allreduce(buf.data(), count, DataType::f32);
+    const auto t0 = Clock::now();
+    for (int i = 0; i < 200; ++i) c.allreduce(buf.data(), count, DataType::f32);
+    return std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / 200;
+  }
+  const int calls = static_cast<int>(std::clamp<std::size_t>((64u << 20) / bytes, 1, 32));
+  c.allreduce(buf.data(), count, DataType::f32);  // this configuration's sockets warm again
+  c.barrier();
+  const auto t0 = Clock::now();
+  for (int i = 0; i < calls; ++i) c.allreduce(buf.data(), count, DataType::f32);
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  return static_cast<double>(bytes) * calls / s / 1e9;
+}
+
+// figures[(size * configs + config) * blocks + block], written by rank 0 to fd out.
+void rank_main(int r, const std::vector<Config>& configs, const std::vector<int>& ports, int blocks, int out) {
+  std::vector<std::unique_ptr<Communicator>> comms;
+  for (std::size_t k = 0; k < configs.size(); ++k) {
+    Options o;
+    o.ignore_environment = true;
+    o.fusion = false;
+    o.transit = configs[k].transit;
+    o.job_key = std::string(32, '\x42');
+    o.transport = Transport::ring;
+    setenv("SAKER_COMM_CRYPTO_THREADS", std::to_string(configs[k].threads).c_str(), 1);
+    comms.push_back(Communicator::create(make_tcp_store("127.0.0.1", ports[k], o),
+                                         Placement{r, 2, "node" + std::to_string(r), "h", -1}, o));
+  }
+  std::vector<float> buf(kSizes[kNumSizes - 1] / sizeof(float), 1.0f);
+  for (auto& c : comms)
+    for (std::size_t bytes : {std::size_t{4096}, std::size_t{1} << 20, kSizes[kNumSizes - 1]})  // calibrate, warm
+      c->allreduce(buf.data(), bytes / sizeof(float), DataType::f32);
+  const std::size_t nc = configs.size(), nb = static_cast<std::size_t>(blocks);
+  std::vector<double> figures(kNumSizes * nc * nb);
+  for (std::size_t s = 0; s < kNumSizes; ++s)
+    for (std::size_t b = 0; b < nb; ++b)
+      for (std::size_t i = 0; i < nc; ++i) {
+        const std::size_t k = (i + b) % nc;  // the order rotates block by block
+        figures[(s * nc + k) * nb + b] = measure(*comms[k], buf, kSizes[s]);
+      }
+  for (auto& c : comms) c->barrier();
+  if (r == 0 && write(out, figures.data(), figures.size() * sizeof(double)) < 0) std::perror("bench_transit: write");
 }
 
 // GB/s of sealing (or opening) 256 KiB frames for about `seconds` on `threads` threads at
@@ -131,56 +158,123 @@ double best_gbs(bool open, int threads) {
   return best;
 }
 
+// A busy loop on every online CPU while it lives (the loaded condition).
+class BusyLoops {
+ public:
+  explicit BusyLoops(int n) {
+    for (int i = 0; i < n; ++i) {
+      const pid_t pid = fork();
+      if (pid == 0) {
+        volatile unsigned long x = 0;
+        for (;;) x = x + 1;
+      }
+      if (pid > 0) pids_.push_back(pid);
+    }
+  }
+  ~BusyLoops() {
+    for (pid_t p : pids_) kill(p, SIGKILL);
+    for (pid_t p : pids_) waitpid(p, nullptr, 0);
+  }
+
+ private:
+  std::vector<pid_t> pids_;
+};
+
+void aes_bound(int cores, double* seal1, double* open1) {
+  std::printf("  AES-256-GCM (OpenSSL EVP in this process, 256 KiB frames, best of 7 tries of 0.15 s), GB/s in all:\n");
+  for (int t = 1; t <= cores; t = t == cores ? cores + 1 : std::min(2 * t, cores)) {
+    const double s = best_gbs(false, t), o = best_gbs(true, t);
+    if (t == 1) *seal1 = s, *open1 = o;
+    std::printf("    %d thread%s: seal %.2f, open %.2f (%.2fx one thread's seal)\n", t, t == 1 ? " " : "s", s, o, s / *seal1);
+  }
+}
+
+void condition(const char* title, int blocks, const std::vector<Config>& configs, int cores) {
+  double load[3] = {0, 0, 0};
+  getloadavg(load, 3);
+  std::printf("\n== %s (load average %.1f at start, %d online CPUs) ==\n", title, load[0], cores);
+  double seal1 = 0, open1 = 0;
+  aes_bound(cores, &seal1, &open1);
+  std::vector<std::unique_ptr<TcpStoreServer>> stores;
+  std::vector<int> ports;
+  for (const Config& c : configs) {
+    Options so;
+    so.transit = c.transit;
+    so.job_key = std::string(32, '\x42');
+    stores.push_back(std::make_unique<TcpStoreServer>(0, so, "127.0.0.1"));
+    ports.push_back(stores.back()->port());
+  }
+  const std::size_t nc = configs.size(), nb = static_cast<std::size_t>(blocks);
+  std::vector<double> f(kNumSizes * nc * nb);
+  if (!saker::bench::run_forked_ranks(2, "bench_transit", f.data(), f.size() * sizeof(double),
+                                      [&](int r, int out) { rank_main(r, configs, ports, blocks, out); }))
+    return;
+  auto at = [&](std::size_t s, std::size_t k, std::size_t b) { return f[(s * nc + k) * nb + b]; };
+  std::printf("  allreduce fp32, 2 ranks on a TCP ring, %d blocks per size, configurations in rotating order:\n", blocks);
+  std::printf("  %-7s %-22s", "size", "off (us | GB/s busbw)");
+  for (std::size_t k = 1; k < nc; ++k) std::printf(" %-22s", (configs[k].name + "/off").c_str());
+  std::printf("\n");
+  std::vector<double> enc_auth_64m[8];
+  for (std::size_t s = 0; s < kNumSizes; ++s) {
+    std::vector<double> base;
+    for (std::size_t b = 0; b < nb; ++b) base.push_back(at(s, 0, b));
+    const std::size_t kib = kSizes[s] >> 10;
+    std::printf("  %-7s %-22s", (kib >= 1024 ? std::to_string(kib >> 10) + " MiB" : std::to_string(kib) + " KiB").c_str(),
+                spread(base, "%.3g").c_str());
+    for (std::size_t k = 1; k < nc; ++k) {
+      std::vector<double> ratio;
+      for (std::size_t b = 0; b < nb; ++b) ratio.push_back(at(s, k, b) / at(s, 0, b));
+      std::printf(" %-22s", spread(ratio).c_str());
+      if (s == kNumSizes - 1 && k >= 2 && k < 8)
+        for (std::size_t b = 0; b < nb; ++b) enc_auth_64m[k].push_back(at(s, k, b) / at(s, 1, b));
+    }
+    std::printf("%s\n", s == 0 ? "   (latency ratios)" : "");
+  }
+  std::vector<double> off64;
+  for (std::size_t b = 0; b < nb; ++b) off64.push_back(at(kNumSizes - 1, 0, b));
+  const double crypto = 1.0 / (1.0 / seal1 + 1.0 / open1);
+  for (std::size_t k = 2; k < nc && k < 8; ++k) {
+    // Each rank seals and opens every byte of busbw once. Where plaintext's own work
+    // (the kernel's copies, the reduction) already fills the rank's core, crypto adds its
+    // time per byte unless other cores take it: t threads on t spare cores divide it by t.
+    const int t = configs[k].threads;
+    const double ceiling = 1.0 / (1.0 / median(off64) + 1.0 / (crypto * t));
+    std::printf("  64 MiB %s/auth %s (target >= 0.70); ceiling with %d spare core%s per rank: %.2fx off\n",
+                configs[k].name.c_str(), spread(enc_auth_64m[k]).c_str(), t, t == 1 ? "" : "s", ceiling / median(off64));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  int rounds = argc > 1 ? std::max(1, std::atoi(argv[1])) : 5;
-  const int cores = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
-  std::printf("AES-256-GCM (OpenSSL EVP, aead::Sealer/Opener) on 256 KiB frames, best of 7 tries of 0.15 s:\n");
-  const double seal1 = best_gbs(false, 1), open1 = best_gbs(true, 1);
-  const double sealn = best_gbs(false, cores), openn = best_gbs(true, cores);
-  std::printf("  one core: seal %.2f GB/s, open %.2f GB/s; %d cores at once: seal %.2f GB/s, open %.2f GB/s in all\n", seal1,
-              open1, cores, sealn, openn);
-  // Each rank of a 2-rank ring seals and opens every byte of busbw once: on one core
-  // per rank, crypto alone takes 1/seal + 1/open seconds per GB.
-  std::printf("  a 2-rank ring that did nothing but crypto, one core per rank: %.2f GB/s busbw\n",
-              1.0 / (1.0 / seal1 + 1.0 / open1));
-  std::printf("allreduce fp32, 2 ranks on a TCP ring (forked, a node each), %d rounds, modes interleaved:\n", rounds);
-  const Transit modes[3] = {Transit::off, Transit::auth, Transit::encrypt};
-  std::vector<double> lat[3], bw[3], ratio_auth, ratio_off;
-  for (int r = 0; r < rounds; ++r) {
-    Figures f[3];
-    for (int k = 0; k < 3; ++k) {
-      int m = (k + r) % 3;
-      f[m] = allreduce_run(modes[m]);
+  int blocks = 5;
+  std::vector<int> threads = {1, 2};
+  std::string only;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--threads=", 0) == 0) {
+      threads.clear();
+      for (const char* p = a.c_str() + 10; *p;) {
+        threads.push_back(std::max(1, std::atoi(p)));
+        p = std::strchr(p, ',') ? std::strchr(p, ',') + 1 : p + std::strlen(p);
+      }
+    } else if (a.rfind("--only=", 0) == 0) {
+      only = a.substr(7);
+    } else {
+      blocks = std::max(1, std::atoi(a.c_str()));
     }
-    for (int m = 0; m < 3; ++m) {
-      lat[m].push_back(f[m].lat_us);
-      bw[m].push_back(f[m].busbw_gbs);
-    }
-    ratio_auth.push_back(f[2].busbw_gbs / f[1].busbw_gbs);
-    ratio_off.push_back(f[2].busbw_gbs / f[0].busbw_gbs);
-    std::printf("  round %d: 64 MiB busbw off %.2f, auth %.2f, encrypt %.2f GB/s (encrypt/auth %.2fx); 4 KiB %.1f / %.1f / %.1f us\n",
-                r, f[0].busbw_gbs, f[1].busbw_gbs, f[2].busbw_gbs, ratio_auth.back(), f[0].lat_us, f[1].lat_us, f[2].lat_us);
   }
-  auto range = [](const std::vector<double>& v) {
-    auto [lo, hi] = std::minmax_element(v.begin(), v.end());
-    char s[64];
-    std::snprintf(s, sizeof s, "%.2f [%.2f-%.2f]", median(v), *lo, *hi);
-    return std::string(s);
-  };
-  std::printf("median [min-max] over rounds:\n");
-  for (int m = 0; m < 3; ++m)
-    std::printf("  %-7s 64 MiB busbw %s GB/s; 4 KiB latency %s us\n", name_of(modes[m]), range(bw[m]).c_str(),
-                range(lat[m]).c_str());
-  const double ra = median(ratio_auth);
-  std::printf("  encrypt/auth busbw %s (target >= 0.70: %s); encrypt/off %s\n", range(ratio_auth).c_str(),
-              ra >= 0.7 ? "met" : "NOT MET", range(ratio_off).c_str());
-  // Where the ranks already fill their cores with plaintext's work (the kernel's copies,
-  // the reduction), sealing and opening add their time per byte on the same core: the
-  // ceiling is 1 / (1/plain + 1/seal + 1/open), whatever the implementation.
-  const double crypto = 1.0 / (1.0 / seal1 + 1.0 / open1), ceiling = 1.0 / (1.0 / median(bw[1]) + 1.0 / crypto);
-  std::printf("  ceiling where plaintext already fills a core per rank: 1/(1/auth + 1/seal + 1/open) = %.2f GB/s (%.2fx auth);"
-              " encrypt reached %.0f%% of it\n", ceiling, ceiling / median(bw[1]), 100 * median(bw[2]) / ceiling);
+  std::vector<Config> configs = {{"auth", Transit::auth, 1}};
+  configs.insert(configs.begin(), Config{"off", Transit::off, 1});
+  for (int t : threads) configs.push_back({"encrypt/" + std::to_string(t) + "t", Transit::encrypt, t});
+  const int cores = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  std::printf("bench_transit: 4 KiB: latency ratios (lower is better); larger: busbw ratios (higher is better);\n"
+              "ratios per block against off, median [min-max] over the blocks\n");
+  if (only.empty() || only == "idle") condition("the machine as it is", blocks, configs, cores);
+  if (only.empty() || only == "busy") {
+    BusyLoops hog(cores);
+    condition("a busy loop on every online CPU", blocks, configs, cores);
+  }
   return 0;
 }
