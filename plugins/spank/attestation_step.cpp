@@ -39,7 +39,9 @@ provenance::Attestation build_attestation(const StepIds& ids, const NodeRecord& 
   provenance::Attestation a;
   a.job_id = std::to_string(ids.job_id);
   a.step_id = step_name(ids.step_id);
-  if (ids.array_job_id != 0 && ids.array_job_id != ids.job_id) {
+  // slurmstepd gives a job outside an array its own id as array id and NO_VAL as task id.
+  // Not "array id != job id": the array's last task keeps the array's own id (7_4 is job 7).
+  if (ids.array_job_id != 0 && ids.array_task_id != NO_VAL) {
     a.array_job_id = std::to_string(ids.array_job_id);
     a.array_task_id = std::to_string(ids.array_task_id);
   }

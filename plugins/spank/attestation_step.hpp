@@ -23,7 +23,8 @@ namespace saker::spank {
 
 struct StepIds {
   std::uint32_t job_id = 0, step_id = 0;
-  std::uint32_t array_job_id = 0, array_task_id = 0;  // 0: not an array task
+  // Not an array task: array_job_id 0, or array_task_id NO_VAL (as slurmstepd says it).
+  std::uint32_t array_job_id = 0, array_task_id = 0;
 };
 
 // "0", "1", ..., "batch", "extern", "interactive" (Slurm's names for its special steps).

@@ -85,6 +85,7 @@ assert_contains "$st" '"_type":"https://in-toto.io/Statement/v1"' "an in-toto St
 assert_contains "$st" '"predicateType":"https://slsa.dev/provenance/v1"' "with a SLSA Provenance v1 predicate"
 assert_contains "$st" "\"sha256\":\"$(sha256sum "$c10" | cut -d' ' -f1)\"" "the subject is the checkpoint's SHA-256"
 assert_contains "$st" "\"jobId\":\"$job1\"" "the attested job"
+assert_not_contains "$st" "arrayJobId" "not an array task"
 assert_contains "$st" '"name":"dataset:imagenet@2012","uri":"saker-dataset:imagenet@2012","annotations":{"enforced":true' \
   "the enforced dataset"
 assert_contains "$st" '"name":"dataset:extra@1","uri":"saker-dataset:extra@1","annotations":{"enforced":false' \
@@ -93,6 +94,21 @@ assert_contains "$st" "\"name\":\"code:$WRITER\"" "the code"
 assert_rc 0 "the resume names its parent" -- "$CKPT" provenance "$c30"
 assert_contains "$IT_OUT" "\"sha256\":\"$(sha256sum "$c20" | cut -d' ' -f1)\"},\"annotations\":{\"runId\"" "by the digest of step 20"
 assert_contains "$IT_OUT" "\"jobId\":\"$job2\"" "and its own job"
+
+# A 4-trial sweep (a job array) from run1's checkpoint: each trial names it through
+# SAKER_CKPT_PARENTS, as a sweep launcher would, and each attestation states its array task.
+base=$(sha256sum "$c20" | cut -d' ' -f1)
+sweep=$(sbatch --parsable --array=1-4 -p cpu-ae --dataset=imagenet@2012 -o "$IT_PREFIX/prov-sweep-%a.out" \
+  --wrap "srun env SAKER_CKPT_PARENTS=sha256:$base $WRITER $work/sweep/t\$SLURM_ARRAY_TASK_ID 1")
+it_wait_for 90 "the 4 trials of sweep $sweep end" bash -c "! squeue -h -j $sweep | grep -q ."
+for t in 1 2 3 4; do
+  trial=$work/sweep/t$t/ckpt-000000000001.h5
+  assert_rc 0 "trial $t's chain verifies back to run1" -- \
+    "$CKPT" provenance --verify --pubkey "$IT_TMP/site.pub" --search "$ckdir" "$trial"
+  assert_contains "$IT_OUT" "verified: 2 checkpoint(s)" "trial $t and its parent"
+  assert_rc 0 "trial $t's statement" -- "$CKPT" provenance "$trial"
+  assert_contains "$IT_OUT" "\"arrayJobId\":\"$sweep\",\"arrayTaskId\":\"$t\"" "names array task ${sweep}_$t"
+done
 
 assert_rc 0 "saker-ckpt show summarises the provenance" -- "$CKPT" show "$c30"
 assert_contains "$IT_OUT" "attestation:    job $job2 step 0, enforced datasets imagenet@2012" "the attested job and datasets"

@@ -291,3 +291,24 @@ TEST_CASE("provenance --verify: another site's key is named", "[provenance][atta
   const auto other = pv::testing::make_keys(k.path(), "other-site");
   CHECK_THAT(problems(prov::verify_chain(file, pv::read_public_key(other.public_path))), Catch::Contains("not the given site key"));
 }
+
+TEST_CASE("provenance: every byte of the record is under the manifest's checksum", "[provenance][integrity]") {
+  JobEnv job;
+  TempDir d;
+  const fs::path file = save_one(d.path(), 1);
+  const std::string original = *saker::file::read(file.string());
+  const manifest::Opened o = manifest::open_checked(file);
+  const auto from = manifest::kHeaderBytes + o.text.find("\nprovenance ") + 1;
+  const auto to = manifest::kHeaderBytes + o.text.find('\n', from - manifest::kHeaderBytes);
+  REQUIRE(to > from + 500);  // the record with its attestation
+  std::size_t detected = 0, tried = 0;
+  for (std::size_t at = from; at < to; ++at, ++tried) {
+    std::string bytes = original;
+    bytes[at] = static_cast<char>(bytes[at] ^ 0x04);
+    write_file(file, bytes, 0600);
+    if (!verify(file).ok) ++detected;
+  }
+  CHECK(detected == tried);
+  write_file(file, original, 0600);
+  CHECK(verify(file).ok);
+}

@@ -172,6 +172,18 @@ TEST_CASE("attestation: built from the node record, never from what the step dec
   REQUIRE(a.datasets.size() == 1);
   CHECK(a.datasets[0] == AttestedDataset{"patients", "v3", "rev1", ""});
   CHECK(a.audit_head.empty());
+  // The array's last task keeps the array's id as its job id: still an array task.
+  ids.job_id = 77;
+  ids.array_task_id = 4;
+  const Attestation last = saker::spank::build_attestation(ids, r, "saker1", "", 1700000000);
+  CHECK(last.array_job_id == "77");
+  CHECK(last.array_task_id == "4");
+  ids.array_job_id = 0;
+  CHECK(saker::spank::build_attestation(ids, r, "saker1", "", 1700000000).array_job_id.empty());
+  // Outside an array slurmstepd reports the job's own id and NO_VAL as the task.
+  ids.array_job_id = 77;
+  ids.array_task_id = 0xfffffffe;
+  CHECK(saker::spank::build_attestation(ids, r, "saker1", "", 1700000000).array_job_id.empty());
 }
 
 TEST_CASE("attestation: the file is written for the job's group to read and nobody to write", "[attestation]") {
