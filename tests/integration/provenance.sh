@@ -31,6 +31,10 @@ cp "$SAKER_SRCDIR/tests/data/policy/two_zones.yaml" "$policy"
 it_cluster_up --nodes 2 --gpus-per-node 0 --cpus-per-node 2 --policy "$policy" \
   --partitions "cpu-ae=saker[1-2]" --spank-args "attest-key=$keys/site.key attest-dir=$IT_TMP/attest"
 scontrol update NodeName='saker[1-2]' AvailableFeatures=lustre-ae ActiveFeatures=lustre-ae >/dev/null
+# The controller's audit log (job_submit_saker's, beside slurm.conf) is on this machine: the
+# attestations state its head. slurmstepd reads plugstack.conf afresh for every step.
+audit_log=$IT_PREFIX/etc/saker-audit.log
+sed -i "s|attest-dir=|attest-audit-log=$audit_log attest-dir=|" "$IT_PREFIX/etc/plugstack.conf"
 it_jobs_as_user
 work=$IT_PREFIX/work
 mkdir -p "$work" && chown $ALICE: "$work" && chmod 0700 "$work"
@@ -47,6 +51,13 @@ assert_contains "$payload" "user=$ALICE" "it states the job's user"
 assert_contains "$payload" "partition=cpu-ae" "... the partition"
 assert_contains "$payload" "zone=ae" "... the node's zone"
 assert_contains "$payload" "dataset=imagenet	2012	" "... and the admitted dataset with the policy's revision"
+assert_contains "$payload" "audit_log=$audit_log" "... and the controller's audit log"
+# Its head, once job_submit has written one (it appends off slurmctld's RPC path):
+it_wait_for 30 "the controller's audit log has a sealed head" test -s "$audit_log.head"
+assert_rc 0 "a later step" -- srun -p cpu-ae -N1 -n1 bash -c 'sed -n "s/^payload //p" "$SAKER_ATTESTATION" | base64 -d'
+head=$(sed -n 's/^audit_head=//p' <<<"$IT_OUT")
+assert_rc 0 "states a head ($head) that is a record of that log" -- \
+  grep -q "^{\"id\":${head%%:*},.*\"hash\":\"${head#*:}\"}" "$audit_log"
 
 # --- the job's datasets come from what job_submit admitted, not from the step's flags.
 assert_rc 0 "a step declaring another dataset on srun inside an allocation" -- \
