@@ -101,6 +101,7 @@ newest_step() { ls "$W/$1" | sed -n 's/^ckpt-0*\([0-9][0-9]*\)\.h5$/\1/p' | sort
 rate() {  # useful steps per hour of run NAME
   awk -v s="$(newest_step "$1")" -v a="$(cat "$W/$1.t0")" -v b="$(cat "$W/$1.t1")" 'BEGIN { printf "%.0f", s * 3600 / (b - a) }'
 }
+it_log "measured: useful steps = the step of the newest committed checkpoint after the final SIGTERM (its emergency checkpoint); per hour of wall-clock time from the first launch to the end; both runs side by side"
 free_rate=$(rate free)
 faulty_rate=$(rate faulty)
 it_log "free: newest checkpoint step $(newest_step free) after $(awk -v a="$(cat "$W/free.t0")" -v b="$(cat "$W/free.t1")" 'BEGIN { printf "%.0f", b - a }') s: $free_rate useful steps/hour"
