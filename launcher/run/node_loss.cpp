@@ -74,11 +74,12 @@ std::string surviving_nodes(const std::string& nodelist, const std::vector<std::
 }
 
 bool evacuate_and_requeue(const std::string& job_id, const std::string& nodelist,
-                          const std::vector<std::string>& lost) {
+                          const std::vector<std::string>& lost, unsigned wanted_nodes) {
   const uint32_t id = job_number(job_id);
   const std::string lost_list = hostlist::compress(lost);
   const std::string kept = surviving_nodes(nodelist, lost);
-  const uint32_t node_count = static_cast<uint32_t>(hostlist::expand(nodelist).size());
+  const uint32_t node_count =
+      wanted_nodes > 0 ? wanted_nodes : static_cast<uint32_t>(hostlist::expand(nodelist).size());
 
   // 1. Shrink. Without it the requeued job stays COMPLETING on the lost node until
   //    slurmctld declares that node DOWN, which is exactly the wait we avoid.

@@ -36,8 +36,10 @@ TaskFailure parse_srun_task_failure(const std::string& line);
 std::string surviving_nodes(const std::string& nodelist, const std::vector<std::string>& lost);
 
 // Steps 1-3 above for job `job_id` allocated on `nodelist`. Logs each action. Returns
-// false (after logging why) when the job could not be requeued.
+// false (after logging why) when the job could not be requeued. `node_count`: the nodes the
+// requeued job asks for (0: as many as `nodelist` has; an elastic run that shrank passes its
+// original size).
 bool evacuate_and_requeue(const std::string& job_id, const std::string& nodelist,
-                          const std::vector<std::string>& lost);
+                          const std::vector<std::string>& lost, unsigned node_count = 0);
 
 }  // namespace saker::run

@@ -42,6 +42,7 @@ RunOptions parse_run_options(int argc, const char* const* argv, std::string* hel
       "Like srun and torchrun, option parsing stops at PROGRAM: everything after it is\n"
       "PROGRAM's, so `saker-run --local -n 2 train --epochs 3` works; `--` is optional.\n\nOptions");
   bool no_requeue = false;
+  std::string hang_timeout = "auto", nodes, on_node_loss = "shrink";
   visible.add_options()
       ("help,h", "print this help and exit")
       ("local", po::bool_switch(&o.local), "run the ranks on this machine, without Slurm")
@@ -58,10 +59,21 @@ RunOptions parse_run_options(int argc, const char* const* argv, std::string* hel
        "emergency checkpoint (preemption, --timeout, --hang-timeout)")
       ("timeout", po::value<double>(&o.timeout_s)->default_value(0),
        "wall-clock seconds one attempt may run; then SIGTERM, --grace, SIGKILL, counted as failed (0: no limit)")
-      ("hang-timeout", po::value<double>(&o.hang_timeout_s)->default_value(600),
+      ("hang-timeout", po::value<std::string>(&hang_timeout)->default_value("auto"),
        "seconds a rank's heartbeat file ($SAKER_HEARTBEAT_DIR/rank-N, touched by the rank, e.g. by "
        "saker-train every step) may stay unchanged before the rank counts as hung: the attempt is "
-       "stopped like --timeout and counted as failed (0: off; ranks that never touch it are not watched)")
+       "stopped like --timeout and counted as failed. auto: 10 times the slowest step interval seen, at "
+       "least 60 s (600 s until the ranks have beaten 3 times); 0: off; ranks that never touch it are not watched")
+      ("nodes", po::value<std::string>(&nodes),
+       "MIN:MAX (or N): the nodes an elastic run may go on with, as torchrun's --nnodes. A lost node then "
+       "shrinks the run onto the survivors of the allocation while MIN remain, and it grows back up to MAX "
+       "when nodes return (default: the allocation's size, so a lost node requeues the job)")
+      ("on-node-loss", po::value<std::string>(&on_node_loss)->default_value("shrink"),
+       "shrink (go on at once on the surviving nodes, within --nodes; requeue below MIN), requeue (move the "
+       "job off the lost node), or wait (for the node to answer again)")
+      ("resize-wait", po::value<double>(&o.resize_wait_s)->default_value(120),
+       "seconds the ranks have to stop at their next checkpoint boundary when the run grows "
+       "($SAKER_RESIZE_NOTICE); then SIGTERM (their emergency checkpoint)")
       ("master-port", po::value<int>(&o.master_port)->default_value(0),
        "MASTER_PORT for the ranks (default: a free port, new for each attempt, held by saker-run until the "
        "attempt ends so that no other program is given it; rank 0 binds it with SO_REUSEADDR)")
@@ -97,6 +109,18 @@ RunOptions parse_run_options(int argc, const char* const* argv, std::string* hel
   }
   o.help = vm.count("help") > 0;
   o.requeue = !no_requeue;
+  o.on_node_loss = parse_node_loss(on_node_loss);
+  if (vm.count("nodes") > 0) o.nodes = parse_node_range(nodes);
+  if (hang_timeout == "auto") {
+    o.hang_timeout_s = kHangAuto;
+  } else {
+    char* end = nullptr;
+    o.hang_timeout_s = std::strtod(hang_timeout.c_str(), &end);
+    if (hang_timeout.empty() || *end != '\0' || o.hang_timeout_s < 0) {
+      throw Error(explain("--hang-timeout " + hang_timeout, "it is neither auto nor a number of seconds (0 or more)",
+                          "pass --hang-timeout auto, a number of seconds, or 0 to turn hang detection off"));
+    }
+  }
   if (const char* own = std::getenv(kOwnCheckpointsEnv)) {
     const std::string v = own;
     if (v == "1" || v == "yes" || v == "true") o.own_checkpoints = true;
@@ -111,13 +135,16 @@ RunOptions parse_run_options(int argc, const char* const* argv, std::string* hel
     throw Error(explain("no program to run", "nothing follows the options", "write saker-run [OPTIONS] -- PROGRAM ARGS"));
   }
   if (o.ntasks < 1) throw Error(explain("--ntasks " + std::to_string(o.ntasks), "it must be at least 1", "pass -n 2 or more"));
+  if (o.nodes.given() && o.local) {
+    throw Error(explain("--nodes with --local", "a local run has one node", "leave out --nodes, or run inside sbatch/salloc"));
+  }
   if (o.ntasks > 1 && !o.local) {
     throw Error(explain("-n is only for --local", "inside Slurm the allocation decides the ranks",
                         "use sbatch --ntasks/--nodes, or add --local"));
   }
   if (o.max_restarts < 0) throw Error(explain("--max-restarts is negative", "it counts restarts", "pass 0 or more"));
-  if (o.grace_s < 0 || o.timeout_s < 0 || o.hang_timeout_s < 0) {
-    throw Error(explain("--grace/--timeout/--hang-timeout is negative", "they are durations", "pass 0 or more seconds"));
+  if (o.grace_s < 0 || o.timeout_s < 0 || o.resize_wait_s < 0) {
+    throw Error(explain("--grace/--timeout/--resize-wait is negative", "they are durations", "pass 0 or more seconds"));
   }
   transit_env(o.transit, "");  // refuses a --transit value that is not auth, encrypt or off
   if (o.master_port < 0 || o.master_port > 65535) throw Error(explain("--master-port is out of range", "TCP ports are 1-65535", "pass a free port"));

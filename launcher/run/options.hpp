@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "launcher/run/elastic.hpp"
+
 namespace saker::run {
 
 // Exit codes of saker-run (documented in saker-run(1)).
@@ -14,6 +16,8 @@ inline constexpr int kExitUsage = 2;        // bad command line
 inline constexpr int kExitLaunch = 3;       // could not set up the launch (environment, requeue)
 inline constexpr int kExitPreempted = 75;   // preempted: the job was requeued, or (--local) stopped
 inline constexpr int kExitExec = 127;       // the program cannot be executed (not found, not executable)
+
+inline constexpr double kHangAuto = -1;
 
 struct RunOptions {
   bool help = false;
@@ -25,7 +29,12 @@ struct RunOptions {
   int max_restarts = 3;
   double grace_s = 60;          // SIGTERM (or the preemption signal) to SIGKILL: time to checkpoint
   double timeout_s = 0;         // per-attempt limit; 0 = none
-  double hang_timeout_s = 600;  // a rank whose heartbeat is this old is hung; 0 = no hang detection
+  // A rank whose heartbeat is this old is hung; 0 = no hang detection; kHangAuto (the
+  // default, --hang-timeout auto) = derived from the observed step time (heartbeat.hpp).
+  double hang_timeout_s = -1;
+  NodeRange nodes;              // --nodes MIN:MAX (not given: the allocation's size, no shrinking)
+  NodeLossPolicy on_node_loss = NodeLossPolicy::shrink;  // --on-node-loss
+  double resize_wait_s = 120;   // --resize-wait: the ranks' time to reach a checkpoint boundary for a grow
   int master_port = 0;          // 0 = pick a free one per attempt
   std::string ckpt_dir;
   bool own_checkpoints = false; // --own-checkpoints or SAKER_RUN_OWN_CHECKPOINTS=1: PROGRAM keeps its own

@@ -23,6 +23,9 @@ inline constexpr const char* kPreemptMarkerEnv = "SAKER_PREEMPT_MARKER";
 // writes their directory (one line), e.g. saker.torch's checkpoint module: saker-run's
 // restart message then says the program resumes from them (issue 31).
 inline constexpr const char* kCkptNoteEnv = "SAKER_RUN_CKPT_NOTE";
+// A file in the attempt's run directory where saker-run writes the new world size when the
+// run grows (issue 32): the ranks stop at their next checkpoint boundary with exit 75.
+inline constexpr const char* kResizeNoticeEnv = "SAKER_RESIZE_NOTICE";
 // The attempt's secret, read by Saker's collective library (saker-comm(3)).
 inline constexpr const char* kJobKeyEnv = "SAKER_JOB_KEY";
 inline constexpr const char* kTransitEnv = "SAKER_COMM_TRANSIT";

@@ -1,5 +1,6 @@
 #include "launcher/run/runtime_dir.hpp"
 
+#include <fcntl.h>
 #include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -155,6 +156,23 @@ std::string RunDir::checkpoint_note_dir() const {
   std::getline(in, line);
   if (line.size() > 4096) line.resize(4096);
   return line;
+}
+
+void RunDir::write_resize_notice(int world_size) const {
+  const std::string final_path = resize_notice(), tmp = final_path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) {
+    throw Error(explain("cannot write the resize notice " + tmp, std::strerror(errno),
+                        "check that the run directory " + path_ + " is still this user's"));
+  }
+  const std::string text = std::to_string(world_size) + "\n";
+  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
+  ::close(fd);
+  if (!ok || ::rename(tmp.c_str(), final_path.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    throw Error(explain("cannot write the resize notice " + final_path, why, "check the file system of " + path_));
+  }
 }
 
 }  // namespace saker::run

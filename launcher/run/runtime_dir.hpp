@@ -59,6 +59,12 @@ class RunDir {
   // The directory the note names (its first line), when the note is a regular file of this
   // user in this private directory; "" otherwise (nothing written, or not to be trusted).
   std::string checkpoint_note_dir() const;
+  // SAKER_RESIZE_NOTICE: where saker-run asks the ranks to stop at their next checkpoint
+  // boundary because the job grows (saker-run(1), ELASTIC RUNS).
+  std::string resize_notice() const { return path_ + "/resize"; }
+  // Writes the new world size there (one line), atomically and mode 0600: the ranks read
+  // either nothing or the whole number. Throws saker::Error naming the path on failure.
+  void write_resize_notice(int world_size) const;
 
  private:
   std::string path_;

@@ -107,7 +107,15 @@ class LocalStep final : public Step {
 class SrunStep final : public Step {
  public:
   SrunStep(std::vector<std::string> srun_args, std::string self, std::vector<std::string> program)
-      : command_(srun_command(srun_args, self, program)) {}
+      : srun_args_(std::move(srun_args)), self_(std::move(self)), program_(std::move(program)),
+        command_(srun_command(srun_args_, self_, program_)) {}
+
+  // The placement comes after the user's --srun-arg options: srun takes the last -N/-n.
+  void place(std::vector<std::string> placement) override {
+    std::vector<std::string> args = srun_args_;
+    args.insert(args.end(), placement.begin(), placement.end());
+    command_ = srun_command(args, self_, program_);
+  }
 
   ~SrunStep() override { join_relay(); }
 
@@ -209,6 +217,9 @@ class SrunStep final : public Step {
     if (relay_.joinable()) relay_.join();
   }
 
+  std::vector<std::string> srun_args_;
+  std::string self_;
+  std::vector<std::string> program_;
   std::vector<std::string> command_;
   pid_t pid_ = -1;
   int status_ = 0;

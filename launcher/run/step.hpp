@@ -40,6 +40,9 @@ class Step {
   // True once srun reported a failed task or a node failure during this attempt (while
   // srun itself may still wait for a task on a node that no longer answers).
   virtual bool task_failure_seen() const { return false; }
+  // srun arguments that place the next attempts (an elastic run's nodes and task count,
+  // elastic.hpp placement_args); ignored by a local step.
+  virtual void place(std::vector<std::string> /*srun_args*/) {}
 };
 
 // N ranks as children of this process. Like srun --kill-on-bad-exit, the first rank

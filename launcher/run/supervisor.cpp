@@ -42,10 +42,47 @@ bool is_refusal_exit_code(int code) {
   return code == 2 || code == kUnusableInputExitCode || code == kRefusedExitCode || code == kAllDamagedExitCode || code == 126 || code == 127;
 }
 
+Outcome classify(const AttemptEnd& r, std::string* detail) {
+  if (r.all_ok && r.preempt_signal == 0 && r.stopped_why.empty()) {
+    *detail = "";
+    return Outcome::success;
+  }
+  // saker-run stopped the attempt itself (--timeout, a hung rank): a failure, even when
+  // the ranks used the grace period to checkpoint and exit with the preempted code.
+  if (!r.stopped_why.empty()) {
+    *detail = r.stopped_why;
+    return Outcome::timed_out;
+  }
+  // Stopped for a grow: the ranks exited 75 at a checkpoint boundary, or saker-run had to
+  // SIGTERM them (then even a rank killed after --grace is saker-run's doing, not theirs).
+  if (r.grow_requested && r.preempt_signal == 0 && (r.all_preempted || r.marker || r.grow_terminated)) {
+    *detail = r.all_preempted || r.marker ? "the ranks stopped at a checkpoint boundary"
+                                          : "SIGTERM after --resize-wait, " + r.detail;
+    return Outcome::resized;
+  }
+  if (r.preempt_signal != 0 || r.marker || r.all_preempted) {
+    *detail = r.preempt_signal != 0 ? std::string("SIG") + sigabbrev_np(r.preempt_signal) + " received"
+                                    : "ranks took an emergency checkpoint";
+    if (r.marker) {
+      *detail += ", emergency checkpoint committed";
+    } else if (r.preempt_signal != 0 && !r.all_preempted) {
+      // The message announced an emergency checkpoint; say when the ranks reported none.
+      *detail += ", no emergency checkpoint reported (" + (r.detail.empty() ? "the ranks did not exit 75" : r.detail) + ")";
+    }
+    return Outcome::preempted;
+  }
+  *detail = r.detail;
+  return Outcome::failed;
+}
+
 Decision decide(const Policy& policy, const Attempt& last, int restarts_done) {
   switch (last.outcome) {
     case Outcome::success:
       return {Action::finish, "the step completed"};
+    case Outcome::resized:
+      // Not a failure: no restart is spent.
+      return {Action::grow, "attempt " + std::to_string(last.number) + " stopped for the grow (" + last.detail +
+                                "): the next attempt starts" + restart_resumes(policy)};
     case Outcome::preempted: {
       const std::string word = last.interrupted ? "interrupted" : "preempted";
       const std::string resume = last.checkpointed ? "from its emergency checkpoint"
@@ -79,6 +116,23 @@ Decision decide(const Policy& policy, const Attempt& last, int restarts_done) {
                                std::to_string(policy.max_restarts) + " restarts are spent (--max-restarts)"};
 }
 
+Decision decide_attempt(const Policy& policy, const Attempt& last, int restarts_done, const NodePlan& nodes) {
+  const bool failed = last.outcome == Outcome::failed || last.outcome == Outcome::timed_out;
+  if (!failed || nodes.action == NodeAction::none) return decide(policy, last, restarts_done);
+  const std::string what = "attempt " + std::to_string(last.number) + " failed (" + last.detail + ") and ";
+  switch (nodes.action) {
+    case NodeAction::shrink:
+      return {Action::shrink, what + nodes.reason + restart_resumes(policy)};
+    case NodeAction::requeue:
+      return {Action::requeue, what + nodes.reason + "; a restart in place would fail too"};
+    case NodeAction::wait:
+      return {Action::wait_nodes, what + nodes.reason};
+    case NodeAction::none:
+      break;
+  }
+  return decide(policy, last, restarts_done);
+}
+
 std::string describe_wait_status(int status) {
   if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
   if (WIFSIGNALED(status)) {
@@ -95,6 +149,7 @@ const char* outcome_name(Outcome outcome) {
     case Outcome::preempted: return "preempted";
     case Outcome::failed: return "failed";
     case Outcome::timed_out: return "timed out";
+    case Outcome::resized: return "resized";
   }
   return "?";
 }

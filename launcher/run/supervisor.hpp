@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "launcher/run/elastic.hpp"
+
 namespace saker::run {
 
 // Exit code a rank uses to say "I was asked to stop and my emergency checkpoint is
@@ -33,6 +35,7 @@ enum class Outcome {
   preempted,  // a preemption signal arrived, or the ranks reported an emergency checkpoint
   failed,     // a rank exited non-zero or was killed
   timed_out,  // the attempt ran past --timeout and was killed
+  resized,    // the ranks stopped for a grow (resize notice, or SIGTERM after --resize-wait)
 };
 
 struct Attempt {
@@ -47,7 +50,9 @@ struct Attempt {
   double seconds = 0;              // wall time of the attempt
 };
 
-enum class Action { finish, restart, requeue, give_up };
+// finish, restart in place, go on at once on fewer nodes (shrink) or more (grow), requeue the
+// job, wait for lost nodes to answer, or give up.
+enum class Action { finish, restart, shrink, grow, requeue, wait_nodes, give_up };
 
 struct Decision {
   Action action = Action::give_up;
@@ -68,6 +73,26 @@ struct Policy {
 
 // Decides what to do after `last`, given how many restarts were already spent.
 Decision decide(const Policy& policy, const Attempt& last, int restarts_done);
+
+// The decision after `last` when `nodes` says what its lost nodes lead to: a failed attempt
+// with a node lost shrinks, requeues or waits (elastic.hpp plan_node_loss), and spends no
+// restart (the program is not at fault); anything else is decide()'s.
+Decision decide_attempt(const Policy& policy, const Attempt& last, int restarts_done, const NodePlan& nodes);
+
+// What one attempt's end looked like to saker-run (filled from the step and AttemptWatch).
+struct AttemptEnd {
+  bool all_ok = false;         // every rank exited 0
+  bool all_preempted = false;  // every rank exited 75
+  std::string detail;          // the step's own account of what ended it
+  int preempt_signal = 0;      // a signal saker-run received and forwarded (0: none)
+  bool marker = false;         // the ranks committed an emergency checkpoint (preempt marker)
+  std::string stopped_why;     // saker-run stopped the attempt (--timeout, a hung rank)
+  bool grow_requested = false; // saker-run wrote the resize notice
+  bool grow_terminated = false;  // ... and SIGTERMed the ranks after --resize-wait
+};
+
+// The attempt's outcome and its detail (for the summary).
+Outcome classify(const AttemptEnd& end, std::string* detail);
 
 // A short text for a waitpid() status: "exited with code 3", "killed by SIGKILL".
 std::string describe_wait_status(int status);

@@ -65,7 +65,9 @@ TEST_CASE("option parsing stops at the program name, as with srun and torchrun")
   // "--" still works and is not passed on.
   CHECK(parse({"--local", "--", "--weird-name"}).program == std::vector<std::string>{"--weird-name"});
   CHECK(parse({"--hang-timeout", "30", "--", "x"}).hang_timeout_s == 30);
-  CHECK(parse({"--", "x"}).hang_timeout_s == 600);
+  CHECK(parse({"--", "x"}).hang_timeout_s == kHangAuto);
+  CHECK(parse({"--hang-timeout", "auto", "--", "x"}).hang_timeout_s == kHangAuto);
+  CHECK_THROWS_WITH(parse({"--hang-timeout", "soon", "--", "x"}), Catch::Contains("--hang-timeout soon"));
 }
 
 TEST_CASE("--transit takes auth, encrypt or off") {

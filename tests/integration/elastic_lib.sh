@@ -1,0 +1,66 @@
+# shellcheck shell=bash
+# Helpers of the elastic_*.sh integration tests (issue 32), sourced after lib.sh and
+# train_lib.sh: a 4-node cluster that allows job expansion, an elastic saker-train job,
+# losing a node and bringing it back.
+
+# Steps long enough for a loss, a shrink and a grow to land mid-run; a checkpoint every 25.
+ELASTIC_MODEL_ARGS="--steps 400 --layers 32,32 --batch 64 --ckpt-every 25 --log-every 25 --seed 7"
+ELASTIC_STEP_SLEEP_MS=${ELASTIC_STEP_SLEEP_MS:-60}
+
+# elastic_cluster_up: 4 CPU nodes; permit_job_expansion is what lets a node that answers
+# again rejoin a running job (saker-run(1), ELASTIC RUNS).
+elastic_cluster_up() {
+  it_cluster_up --nodes 4 --gpus-per-node 0 --cpus-per-node 4 --no-job-submit \
+    --slurm-conf-extra "SchedulerParameters=batch_sched_delay=0,sched_interval=2,bf_interval=2,sched_min_interval=0,permit_job_expansion"
+  train_setup
+}
+
+# elastic_logical_args: --logical-ranks 4 when this saker-train has it (the ranks then
+# compute 4 logical workers whatever the world size, so a resized run ends bitwise where
+# the uninterrupted one does); empty otherwise.
+elastic_logical_args() {
+  if "$SAKER_TRAIN_BIN" --help 2>&1 | grep -q -- '--logical-ranks'; then echo "--logical-ranks 4"; fi
+}
+
+# elastic_submit NODES SAKER_RUN_ARGS...: an sbatch job of NODES nodes, one rank each,
+# running saker-train through saker-run with the given saker-run options; echoes its id.
+# Output in $IT_PREFIX/elastic-<job>.out, checkpoints in $IT_PREFIX/ckpt-<n>.
+elastic_submit() {
+  local nodes=$1
+  shift
+  local ckpt
+  ckpt=$(mktemp -d "$IT_PREFIX/ckpt-XXXXXX")
+  rmdir "$ckpt"
+  sbatch --parsable -p all -N "$nodes" --ntasks-per-node=1 --requeue --open-mode=append -D "$IT_PREFIX" \
+    -o "$IT_PREFIX/elastic-%j.out" \
+    --wrap "$SAKER_RUN_BIN $* --grace 20 --ckpt-dir $ckpt -- $SAKER_TRAIN_BIN --data $TRAIN_DATA \
+$ELASTIC_MODEL_ARGS $(elastic_logical_args) --step-sleep-ms $ELASTIC_STEP_SLEEP_MS"
+}
+
+# elastic_kill_node JOB RANK: SIGKILLs the slurmd of the node that runs RANK of JOB, with the
+# rank and its slurmstepd (a crashed machine takes them along); echoes the node's name.
+elastic_kill_node() {
+  local job=$1 rank=$2 pid stepd node slurmd
+  pid=$(rank_pid "$job" "$rank") || { echo "no rank $rank of job $job" >&2; return 1; }
+  node=$(tr '\0' '\n' <"/proc/$pid/environ" | sed -n 's/^SLURMD_NODENAME=//p')
+  stepd=$(ps -o ppid= -p "$pid" | tr -d ' ')
+  slurmd=$(cat "$IT_PREFIX/run/slurmd-$node.pid")
+  kill -KILL "$slurmd" "$stepd" "$pid"
+  echo "$node"
+}
+
+# elastic_revive_node NODE: starts NODE's slurmd again, as saker-cluster does.
+elastic_revive_node() {
+  env -i PATH="${SAKER_CLUSTER_SLURM:+$SAKER_CLUSTER_SLURM/sbin:}/usr/sbin:/usr/bin:/sbin:/bin" HOME=/root \
+    SLURM_CONF="$SLURM_CONF" slurmd -N "$1" -f "$SLURM_CONF"
+}
+
+# elastic_attempt_nodes OUT N: the node count saker-run printed for attempt N.
+elastic_attempt_nodes() {
+  sed -n "s/^saker-run: attempt $2 starting at .*, \([0-9]*\) nodes, [0-9]* ranks)$/\1/p" "$1" | tail -n 1
+}
+
+# elastic_breakdown OUT FIELD: a field of saker-run's first recovery breakdown line (seconds).
+elastic_breakdown() {
+  grep -m1 'recovery breakdown' "$1" | sed -n "s/.*[ :]$2 \([0-9.]*\).*/\1/p"
+}

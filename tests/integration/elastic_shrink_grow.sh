@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Elastic training inside one allocation (issue 32): a 4-node saker-train job under
+# `saker-run --nodes 2:4` loses a node (its slurmd, slurmstepd and rank SIGKILLed, as a
+# crashed machine would), goes on at once with 3 nodes in the same allocation without a
+# requeue, and grows back to 4 nodes when the node's slurmd returns (Slurm's job expansion
+# gives the node back, the ranks stop at a checkpoint boundary). Refusals: a bad --nodes
+# range, MIN above the allocation, and a loss below MIN, which requeues.
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/train_lib.sh"
+source "$(dirname "$0")/elastic_lib.sh"
+it_require_root
+
+# A bad range is refused before anything starts, naming it (usage: exit 2).
+assert_rc 2 "--nodes 4:2 is refused with exit 2" -- "$SAKER_RUN_BIN" --nodes 4:2 -- true
+assert_contains "$IT_OUT" "--nodes 4:2: MIN 4 is larger than MAX 2" "the refusal names the range and why"
+assert_rc 2 "--nodes x:3 is refused with exit 2" -- "$SAKER_RUN_BIN" --nodes x:3 -- true
+
+elastic_cluster_up
+logical=$(elastic_logical_args)
+if [[ -n $logical ]]; then
+  h=$("$SAKER_RUN_BIN" --local -n 4 -- "$SAKER_TRAIN_BIN" --data "$TRAIN_DATA" $ELASTIC_MODEL_ARGS $logical 2>&1 |
+    sed -n 's/^saker-train: weights xxh3_128 \([0-9a-f]*\)$/\1/p')
+fi
+
+# --- shrink and grow back -------------------------------------------------------------------
+job=$(elastic_submit 4 --nodes 2:4 --resize-wait 30)
+out="$IT_PREFIX/elastic-$job.out"
+wait_for_line 90 "$out" "step 75/400"
+victim=$(elastic_kill_node "$job" 3)
+echo "# killed node $victim (slurmd, slurmstepd and rank 3) at $(now)"
+wait_for_line 60 "$out" "^saker-run: attempt 2 starting at .* 3 nodes, 3 ranks\)"
+text=$(cat "$out")
+assert_contains "$text" "node(s) $victim do not answer" "saker-run found $victim lost while srun still waited for it"
+assert_contains "$text" "going on at once with 3 of 4 nodes" "the run shrinks onto the 3 surviving nodes"
+assert_contains "$text" "released lost node(s) $victim from job $job" "the lost node leaves the allocation (no DOWN verdict can requeue the job)"
+assert_not_contains "$text" "requeued job" "no requeue"
+wait_for_line 30 "$out" "recovery breakdown"
+decide=$(elastic_breakdown "$out" decide)
+echo "# $(grep -m1 'recovery breakdown' "$out")"
+assert_eq 1 "$(awk -v d="${decide:-99}" 'BEGIN { print (d < 10) }')" \
+  "the next attempt started within 10 s of the detection (decide ${decide:-n/a} s)"
+assert_eq "$job" "$(squeue -h -j "$job" -o %i)" "the job is still the same allocation"
+
+elastic_revive_node "$victim"
+wait_for_line 90 "$out" "^saker-run: attempt 3 starting at .* 4 nodes, 4 ranks\)"
+text=$(cat "$out")
+assert_contains "$text" "node $victim is part of job $job again" "Slurm's job expansion gave $victim back to the job"
+assert_contains "$text" "growing to 4 nodes (4 ranks) at the ranks' next checkpoint boundary" "saker-run asked the ranks to stop at a checkpoint boundary"
+assert_contains "$text" "grow: attempt 2 stopped for the grow" "the grow is not a failure"
+assert_eq COMPLETED "$(it_job_wait "$job" 150)" "the job completes"
+text=$(cat "$out")
+assert_contains "$text" "attempt 2: resized after" "the summary shows the resize"
+assert_not_contains "$text" "restart count 1" "never requeued"
+if [[ -n $logical ]]; then
+  assert_eq "$h" "$(hash_of "$out")" "after a shrink and a grow the weights equal the uninterrupted 4-rank run's, bit for bit"
+else
+  echo "# saker-train has no --logical-ranks here: the final hash after a resize is not compared"
+fi
+
+# --- refusals -------------------------------------------------------------------------------
+# MIN above the allocation: refused naming it, nothing started (exit 2).
+bad=$(sbatch --parsable -p all -N2 -D "$IT_PREFIX" -o "$IT_PREFIX/bad-%j.out" --wrap "$SAKER_RUN_BIN --nodes 3:4 -- true")
+it_job_wait "$bad" 60 >/dev/null
+assert_contains "$(cat "$IT_PREFIX/bad-$bad.out")" "job $bad has 2 node(s), fewer than MIN 3" "MIN above the allocation is refused naming it"
+assert_contains "$(scontrol show job "$bad")" "ExitCode=2:0" "... with exit 2"
+
+# A loss below MIN requeues the job off the lost node.
+job=$(elastic_submit 2 --nodes 2:4)
+out="$IT_PREFIX/elastic-$job.out"
+wait_for_line 90 "$out" "step 50/400"
+victim=$(elastic_kill_node "$job" 1)
+it_wait_for 60 "job $job requeued after losing $victim" grep -q "requeued job $job" "$out"
+assert_contains "$(cat "$out")" "1 node(s) left, below --nodes MIN 2" "below MIN the reason says so"
+scancel "$job"
+elastic_revive_node "$victim"
+it_finish
