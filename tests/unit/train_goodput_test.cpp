@@ -144,10 +144,10 @@ TEST_CASE("goodput: the history file is 0600, replaced atomically, and read back
   const fs::path path = t.path / FailureHistory::kFileName;
   FailureHistory h(path.string());
   CHECK(h.load().empty());  // no file yet: a fresh history
-  ::umask(0);               // the file must be 0600 whatever the umask
+  const mode_t umask_before = ::umask(0);  // the file must be 0600 whatever the umask
   h.begin(100, false);
   h.write();
-  ::umask(022);
+  ::umask(umask_before);
   CHECK(mode_of(path) == 0600);
   h.alive(160);
   h.write();
