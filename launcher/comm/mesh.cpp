@@ -3,11 +3,14 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
+#include <deque>
 
 #include "common/error.hpp"
 #include "common/log.hpp"
@@ -17,8 +20,21 @@ namespace {
 
 bool mesh_kind(auth::Kind k) { return k == auth::Kind::link || k == auth::Kind::abort || k == auth::Kind::ping; }
 
-// Handshakes in flight at once; more strangers than this wait in the kernel's backlog.
+// Handshakes in flight at once (a thread each), for connections whose Hello arrived.
 constexpr std::size_t kMaxHandshakes = 64;
+// Accepted connections still waiting for their Hello. A full list makes room by dropping
+// its oldest silent member, so a stranger that connects and says nothing can delay no
+// rank: every connection leaves the kernel's backlog at once, and a rank's Hello follows
+// its connect immediately (issue 28: 64 silent connections used to hold every slot for
+// the handshake deadline while the real peer waited in the backlog, and those behind
+// a full backlog had their connects dropped).
+constexpr std::size_t kMaxPending = 256;
+
+// Bytes waiting to be read on fd (0 on error).
+std::size_t readable(int fd) {
+  int n = 0;
+  return ioctl(fd, FIONREAD, &n) == 0 && n > 0 ? static_cast<std::size_t>(n) : 0;
+}
 
 }  // namespace
 
@@ -27,6 +43,8 @@ Mesh::Mesh(int rank, std::vector<PeerInfo> peers, net::Fd listener, std::chrono:
     : rank_(rank), peers_(std::move(peers)), listener_(std::move(listener)), timeout_(timeout), auth_(std::move(auth)) {
   if (pipe2(wake_, O_CLOEXEC) != 0) throw Error("saker: cannot create a pipe for the link listener");
   abort_event_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  // Non-blocking, so that listen_loop drains the backlog in one go (accept_pending).
+  fcntl(listener_.get(), F_SETFL, fcntl(listener_.get(), F_GETFL) | O_NONBLOCK);
   listener_thread_ = std::thread([this] { listen_loop(); });
 }
 
@@ -59,31 +77,82 @@ void Mesh::reap_handlers(bool all) {
 }
 
 void Mesh::listen_loop() {
+  std::deque<Pending> pending;
   while (true) {
-    pollfd fds[2] = {{wake_[0], POLLIN, 0}, {listener_.get(), POLLIN, 0}};
-    if (poll(fds, 2, 1000) <= 0) continue;
+    std::vector<pollfd> fds{{wake_[0], POLLIN, 0}, {listener_.get(), POLLIN, 0}};
+    // A connection with part of a Hello is not polled for input (it would wake this loop
+    // at once, over and over); the next round looks at it again, and a Hello comes whole.
+    for (auto& p : pending)
+      fds.push_back({p.fd.get(), static_cast<short>(POLLRDHUP | (readable(p.fd.get()) ? 0 : POLLIN)), 0});
+    if (poll(fds.data(), fds.size(), 100) < 0) continue;
     if (fds[0].revents) return;
     reap_handlers(false);
-    {
-      std::lock_guard lock(handlers_mu_);
-      if (handlers_.size() >= kMaxHandshakes) {  // leave it in the backlog until one ends
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        continue;
-      }
+    for (std::size_t i = 0; i < pending.size(); ++i) {
+      const short r = fds[i + 2].revents;
+      if ((r & (POLLHUP | POLLERR | POLLRDHUP)) || ((r & POLLIN) && !readable(pending[i].fd.get())))
+        pending[i].hung_up = true;
     }
+    if (fds[1].revents & POLLIN) accept_pending(pending);
+    start_handshakes(pending);
+  }
+}
+
+// Takes every connection the kernel holds (the listener is non-blocking), making room
+// in a full list by dropping its oldest member that has not sent a whole Hello.
+void Mesh::accept_pending(std::deque<Pending>& pending) {
+  for (int taken = 0; taken < 1024; ++taken) {
     net::Fd fd(accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
-    if (!fd) continue;
+    if (!fd) {
+      if (errno != EMFILE && errno != ENFILE) return;  // none left (EAGAIN)
+      // Out of descriptors: a silent stranger's goes, or the next round tries again.
+      if (pending.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      else make_room(pending);
+      return;
+    }
+    if (pending.size() >= kMaxPending) make_room(pending);
+    pending.push_back({std::move(fd), net::deadline_in(std::min(timeout_, kHandshakeLimit)), false});
+  }
+}
+
+// Drops the oldest pending connection that has not sent a whole Hello (else the oldest).
+void Mesh::make_room(std::deque<Pending>& pending) {
+  auto silent = std::find_if(pending.begin(), pending.end(),
+                             [](const Pending& p) { return readable(p.fd.get()) < auth::kHelloBytes; });
+  auto gone = silent != pending.end() ? silent : pending.begin();
+  auth::log_refused(who(rank_) + "'s link listener", auth::peer_address(gone->fd.get()),
+                    "it sent no handshake while newer connections needed its place");
+  pending.erase(gone);
+}
+
+// A connection whose Hello has arrived gets a handler thread, while fewer than
+// kMaxHandshakes run; one that hung up or outlived the handshake deadline is dropped.
+void Mesh::start_handshakes(std::deque<Pending>& pending) {
+  const auto now = net::Clock::now();
+  for (auto it = pending.begin(); it != pending.end();) {
+    const std::size_t ready = readable(it->fd.get());
+    if (ready < auth::kHelloBytes && (it->hung_up || now >= it->until)) {
+      auth::log_refused(who(rank_) + "'s link listener", auth::peer_address(it->fd.get()),
+                        it->hung_up ? "it hung up before its handshake" : "it sent no handshake in time");
+      it = pending.erase(it);
+      continue;
+    }
+    if (ready < auth::kHelloBytes) {
+      ++it;
+      continue;
+    }
+    std::lock_guard lock(handlers_mu_);
+    if (handlers_.size() >= kMaxHandshakes) return;  // the rest wait for a free handler
     auto h = std::make_unique<Handler>();
     Handler* raw = h.get();
-    raw->fd = fd.get();
-    std::lock_guard lock(handlers_mu_);
-    raw->thread = std::thread([this, raw, f = fd.release()] {
+    raw->fd = it->fd.get();
+    raw->thread = std::thread([this, raw, f = it->fd.release()] {
       net::Fd owned(f);
       serve_incoming(owned);
       std::lock_guard l(handlers_mu_);
       raw->fd = -1;  // before owned closes: the destructor never shuts down a reused number
     });
     handlers_.push_back(std::move(h));
+    it = pending.erase(it);
   }
 }
 

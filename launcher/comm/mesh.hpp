@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -77,7 +78,16 @@ class Mesh {
   void check_abort(const std::string& during) const;
 
  private:
+  // An accepted connection whose Hello has not arrived yet (it has no thread).
+  struct Pending {
+    net::Fd fd;
+    net::Deadline until;
+    bool hung_up = false;
+  };
   void listen_loop();
+  void accept_pending(std::deque<Pending>& pending);
+  void start_handshakes(std::deque<Pending>& pending);
+  void make_room(std::deque<Pending>& pending);
   void serve_incoming(net::Fd& fd);  // one accepted connection, on its own thread
   // Client half of a connection to peer: connect, handshake, claim kind on channel.
   net::Fd open_to(int peer, auth::Kind kind, int channel, net::Deadline d, auth::LinkKeys* keys) const;

@@ -2,10 +2,13 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <slurm/pmi2.h>
+#include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <condition_variable>
 #include <cstring>
 #include <future>
@@ -207,6 +210,7 @@ std::shared_ptr<Store> make_pmi2_store(int* rank, int* size) { return std::make_
 struct TcpStoreServer::Impl {
   static constexpr auto kHandshakeLimit = std::chrono::seconds(10);
   static constexpr long kMaxStrangers = 4096;  // above any job's ranks connecting at once
+  long max_strangers = kMaxStrangers;          // lowered to a quarter of the descriptor limit
   net::Fd listen;
   int port = 0;
   int wake[2] = {-1, -1};
@@ -327,18 +331,46 @@ struct TcpStoreServer::Impl {
     }
     return true;
   }
-  void accept_one(std::vector<std::unique_ptr<Client>>& clients) {
+  // Drops the oldest stranger that has sent nothing (a rank sends its Hello right after
+  // connecting, so a silent one is not a rank); false when there is none.
+  bool make_room(std::vector<std::unique_ptr<Client>>& clients) {
+    for (auto& x : clients) {
+      if (!x->fd || x->authenticated || x->handshake || !x->in.empty()) continue;
+      int n = 0;
+      if (ioctl(x->fd.get(), FIONREAD, &n) == 0 && n > 0) continue;
+      drop(*x, "it sent nothing while newer connections needed its place");
+      return true;
+    }
+    return false;
+  }
+  // Takes what the kernel holds (the listener is non-blocking), so that a flood cannot
+  // keep a full backlog in front of a rank's connection.
+  void accept_all(std::vector<std::unique_ptr<Client>>& clients) {
+    for (int taken = 0; taken < 1024 && accept_one(clients); ++taken) {}
+  }
+  // A flood of silent strangers must neither exhaust the process's descriptors nor keep
+  // a rank out (issue 28): each holds one for at most kHandshakeLimit, at most
+  // max_strangers at once, and a full table makes room by dropping its oldest silent
+  // member rather than the newcomer. False when nothing more can be accepted now.
+  bool accept_one(std::vector<std::unique_ptr<Client>>& clients) {
     net::Fd fd(accept4(listen.get(), nullptr, nullptr, SOCK_CLOEXEC));
-    if (!fd) return;
+    if (!fd) {
+      if (errno != EMFILE && errno != ENFILE) return false;  // none left (EAGAIN)
+      if (make_room(clients)) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));  // no busy loop on a readable listener
+      return false;
+    }
     auto c = std::make_unique<Client>();
     c->address = auth::peer_address(fd.get());
     c->fd = std::move(fd);
-    // A flood of strangers must not exhaust descriptors: each holds one for at most
-    // kHandshakeLimit, and at most kMaxStrangers at once.
-    auto strangers = std::count_if(clients.begin(), clients.end(), [](const auto& x) { return !x->authenticated; });
-    if (strangers >= kMaxStrangers) return drop(*c, "too many connections are in their handshake at once");
+    auto strangers = std::count_if(clients.begin(), clients.end(), [](const auto& x) { return x->fd && !x->authenticated; });
+    if (strangers >= max_strangers && !make_room(clients)) {
+      drop(*c, "too many connections are in their handshake at once");
+      return true;
+    }
     c->handshake_deadline = net::deadline_in(kHandshakeLimit);
     clients.push_back(std::move(c));
+    return true;
   }
   void run() {
     std::vector<std::unique_ptr<Client>> clients;
@@ -347,11 +379,11 @@ struct TcpStoreServer::Impl {
       for (auto& c : clients) fds.push_back({c->fd.get(), POLLIN, 0});
       if (poll(fds.data(), fds.size(), 1000) < 0) continue;
       if (fds[0].revents) return;
-      if (fds[1].revents & POLLIN) accept_one(clients);
+      if (fds[1].revents & POLLIN) accept_all(clients);
       bool changed = false;
       for (std::size_t i = 2; i < fds.size(); ++i) {
         Client& c = *clients[i - 2];
-        if (fds[i].revents) changed |= receive(c);
+        if (c.fd && fds[i].revents) changed |= receive(c);
         if (c.fd && !c.authenticated && net::Clock::now() >= c.handshake_deadline)
           drop(c, "it did not complete the handshake within 10 s");
       }
@@ -365,7 +397,10 @@ struct TcpStoreServer::Impl {
 TcpStoreServer::TcpStoreServer(int port, const Options& options, const std::string& bind_address)
     : impl_(std::make_unique<Impl>()) {
   impl_->ctx = auth::context_for(options, auth::job_scope());
+  if (rlimit r{}; getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur != RLIM_INFINITY)
+    impl_->max_strangers = std::clamp(static_cast<long>(r.rlim_cur / 4), 16L, Impl::kMaxStrangers);
   impl_->listen = net::listen_on(bind_address, port, &impl_->port);
+  fcntl(impl_->listen.get(), F_SETFL, fcntl(impl_->listen.get(), F_GETFL) | O_NONBLOCK);  // accept_all
   if (pipe2(impl_->wake, O_CLOEXEC) != 0) throw Error("saker: cannot create a pipe for the store server");
   impl_->thread = std::thread([this] { impl_->run(); });
 }

@@ -11,9 +11,17 @@
 # Each case is judged by what the job shows: results stay bitwise correct, no attacker
 # text reaches its output, nothing of the job is readable by mallory.
 #
+# The cases (the case_* functions): store read and poison, abort injection, link hijack,
+# replay (into the same job, into another job, into the next attempt), spoofed pings and
+# aborts, denial of service by silent connections (on one node, and across nodes with the
+# ranks started apart), the key in argv or environ, port squats, planted segments,
+# directories and markers, readable checkpoints and timelines, shm leftovers, a saker.torch
+# job (its secret never in torch's store), and across two emulated nodes: passive capture,
+# a flipped byte, and dropped, reordered and replayed sealed frames.
+#
 # Part of every make check (it fails against code without issue 28's fixes: 20 of 23
-# cases against 72e3878); skips (77) when not root. 2 to 3 minutes. One run at a time per machine (fixed namespace names
-# zt-a/zt-b and bridge zt-br, removed at exit).
+# cases against 72e3878); skips (77) when not root. 3 to 5 minutes. One run at a time per
+# machine (fixed namespace names zt-a/zt-b and bridge zt-br, removed at exit).
 #   SAKER_BUILDDIR  the build to attack (default: see lib.sh)
 #   ZT_ONLY="store_read hijack ..."  only these cases (the case_* functions below)
 set -u
@@ -60,6 +68,7 @@ BG_PIDS=()   # every background process this test started (killed at exit if sti
 it_at_exit 'for p in "${BG_PIDS[@]}"; do kill "$p" 2>/dev/null; done'
 
 JOB_ENV=(SAKER_COMM_TRANSPORT=ring SAKER_COMM_TIMEOUT=10)   # every job of alice's: the TCP ring
+JOB_CMD=("$SELFTEST")   # what each rank runs (case_torch: a saker.torch program printing the same lines)
 ABORT_TEXT="MALLORY-WAS-HERE-$$"   # what mallory's abort notices say; the job must never print it
 
 # job_start NAME [VAR=value...] [-- saker-run options]: alice's job in the background; its
@@ -74,7 +83,7 @@ job_start() {
         shift
     done
     (cd "$JOBDIR" && as "$ALICE" "${JOB_ENV[@]}" SAKER_SELFTEST_UNTIL="$CTL/$name.stop" "${envs[@]}" \
-        timeout -k 5 90 "$RUN" --local -n 2 --max-restarts 0 "${opts[@]}" -- "$SELFTEST") >"$CTL/$name.job" 2>&1 &
+        timeout -k 5 90 "$RUN" --local -n 2 --max-restarts "${JOB_RESTARTS:-0}" "${opts[@]}" -- "${JOB_CMD[@]}") >"$CTL/$name.job" 2>&1 &
     JOB_PID=$!
     BG_PIDS+=($!)
 }
@@ -194,17 +203,27 @@ node_job() {
     key=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
     local -a envs=(SAKER_STORE=10.178.0.1:29555 SAKER_WORLD_SIZE=2 SAKER_JOB_KEY="$key" SAKER_COMM_TRANSIT="$transit"
         SAKER_COMM_TIMEOUT=10 SAKER_SELFTEST_UNTIL="$CTL/$name.stop")
+    # ZT_LATE=R: rank R starts 3 s after the other one (the attacker's connections are in place).
+    if [[ ${ZT_LATE:-} == 0 ]]; then node_rank1 "$name" "$addr1" "${envs[@]}"; sleep 3; fi
     ip netns exec zt-a setpriv --reuid="$ALICE" --regid="$ALICE" --init-groups -- env -i PATH=/usr/bin:/bin \
-        "${envs[@]}" SAKER_RANK=0 SAKER_NODE_ID=zt-a SAKER_COMM_ADDR=10.178.0.1 timeout -k 5 90 "$SELFTEST" \
+        "${envs[@]}" SAKER_RANK=0 SAKER_NODE_ID=zt-a SAKER_COMM_ADDR=10.178.0.1 timeout -k 5 90 \
+        prlimit --nofile="${ZT_NOFILE:-20000}" -- "$SELFTEST" \
         >"$CTL/$name.job0" 2>&1 &
     R0_PID=$!
     BG_PIDS+=($!)
+    if [[ ${ZT_LATE:-} == 1 ]]; then sleep 3; fi
+    [[ ${ZT_LATE:-} == 0 ]] || node_rank1 "$name" "$addr1" "${envs[@]}"
+    JOB_PID=$R0_PID
+}
+node_rank1() {  # node_rank1 NAME ADDR ENV...: rank 1 in zt-b; R1_PID
+    local name=$1 addr1=$2
+    shift 2
     ip netns exec zt-b setpriv --reuid="$ALICE" --regid="$ALICE" --init-groups -- env -i PATH=/usr/bin:/bin \
-        "${envs[@]}" SAKER_RANK=1 SAKER_NODE_ID=zt-b SAKER_COMM_ADDR="$addr1" "$SELFTEST" \
+        "$@" SAKER_RANK=1 SAKER_NODE_ID=zt-b SAKER_COMM_ADDR="$addr1" timeout -k 5 90 \
+        prlimit --nofile="${ZT_NOFILE:-20000}" -- "$SELFTEST" \
         >"$CTL/$name.job1" 2>&1 &
     R1_PID=$!
     BG_PIDS+=($!)
-    JOB_PID=$R0_PID
 }
 node_job_end() {
     touch "$CTL/$1.stop"
@@ -407,6 +426,150 @@ case_shm_leftovers() {
     find /dev/shm -maxdepth 1 -user "$ALICE" -delete 2>/dev/null
 }
 
+# Spoofed liveness pings and abort notices in today's wire format (a Hello with the key id
+# seen in a capture, a made-up Finish) and the old one: no rank answers a ping or
+# acknowledges a notice for mallory, and none prints her text.
+case_spoof() {
+    local flows=()
+    [[ -s $CTL/replay.flows ]] && flows=(--flows "$CTL/replay.flows")
+    campaign spoof spoof --text "$ABORT_TEXT" "${flows[@]}"
+    verdict "$(yes_if eval 'job_good && no_fact spoof-believed && [[ $JOB_OUT != *"$ABORT_TEXT"* ]]')" \
+        "spoofed pings and aborts: forged Hellos (kinds ping and abort, every rank pair, the job's key id) and old-format greetings; no rank answers or acknowledges one, the job never prints mallory's text and its results stay correct"
+}
+
+# Denial of service: mallory holds 5000 silent connections on the store's port (known in
+# advance: --master-port; more than the 4096 strangers the store took before it refused
+# newcomers) and 1500 on every rank's listener she finds, reopening each one the job
+# closes. The job must still start and finish correctly: a full table makes room by
+# dropping its oldest silent stranger, and the store never runs out of descriptors.
+case_dos() {
+    local port
+    port=$(free_port)
+    campaign dos dos --port "$port" --port-count 5000 --count 1500 -- -- --master-port "$port"
+    JOB_OUT+=$'\n'"$(grep 'INFO held' <<<"$ATK_OUT")"
+    it_log "$(grep 'INFO held' <<<"$ATK_OUT" | tr '\n' ';')"
+    verdict "$(yes_if job_good)" \
+        "denial of service: 5000 silent connections on the store's port and 1500 on each rank's listener while the job starts; it still starts, runs and ends correctly"
+}
+
+# Replay across jobs: root captures the client streams of one job of alice's (A); mallory
+# replays them into another job (B), and into A's next attempt after its first was killed
+# (saker-run restarts it with a fresh key; the store on the same --master-port).
+case_replay_jobs() {
+    local port n
+    port=$(free_port)
+    local try
+    for try in 1 2; do  # a loaded machine may drop the first packets of a flow: one more job
+        as_root_sniff "replay-a$try" lo --pattern unused-here --flows "$CTL/replay-a.flows"
+        job_start "replay-a$try" -- --master-port "$port"
+        sleep 4
+        sniff_end "replay-a$try"
+        job_end "replay-a$try"
+        n=$("$PY" -c 'import json,sys; print(len(json.load(open(sys.argv[1]))))' "$CTL/replay-a.flows" 2>/dev/null || echo 0)
+        ((n >= 3)) && break
+    done
+    if ((n < 3)); then
+        ATK_OUT=$SNIFF_OUT
+        verdict no "replay across jobs: the capture of job A found only $n connection(s) (the test could not run)"
+        return
+    fi
+    campaign replay-b replay --flows "$CTL/replay-a.flows" --port "$port" -- -- --master-port "$port"
+    verdict "$(yes_if job_good)" \
+        "replay across jobs: $n client streams captured from job A, replayed by mallory into job B (same store port) as it starts; B runs correctly"
+    # A's next attempt: rank 1 of attempt 1 is killed once the job runs; mallory races the
+    # store port of attempt 2 and replays into every new listener.
+    attack replay-next replay --flows "$CTL/replay-a.flows" --port "$port" --duration 8
+    sleep 0.5
+    JOB_RESTARTS=1 job_start replay-next -- --master-port "$port"
+    local victim="" deadline=$((SECONDS + 20))
+    while [[ -z $victim ]] && ((SECONDS < deadline)); do
+        victim=$(rank_pid 1)
+        sleep 0.1
+    done
+    sleep 1
+    [[ -n $victim ]] && kill -9 "$victim"
+    wait_file "$MDIR/replay-next.done" 45
+    job_end replay-next
+    attack_end replay-next
+    JOB_OUT+=$'\n'"killed rank 1 of attempt 1: pid ${victim:-none found}"
+    verdict "$(yes_if eval 'job_good && [[ -n $victim && $JOB_OUT == *"restart 1 of 1"* ]]')" \
+        "replay into the next attempt: job A's streams replayed by mallory into A's second attempt (after its rank 1 was killed) on the same store port; the attempt runs correctly"
+}
+
+# rank_pid R [PATTERN]: the pid of alice's process (matching PATTERN, default the selftest)
+# with SAKER_RANK=R (root reads environ), if any.
+rank_pid() {
+    local p
+    for p in $(pgrep -u "$ALICE_UID" -f "${2:-$SELFTEST}"); do
+        if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "SAKER_RANK=$1"; then echo "$p"; return; fi
+    done
+}
+
+# A saker.torch job (torch.distributed's "saker" backend under saker-run --local; torch's own
+# TCPStore on MASTER_PORT, Saker's store and links authenticated). Mallory injects aborts
+# and hijacks links on every listener but torch's store (which nobody can guard: saker-run(1),
+# MASTER_PORT). Root records every byte to and from torch's store: the job key (read from a
+# rank's environment) must not be among them, in hex or raw.
+case_torch() {
+    if [[ ! -e $SAKER_BUILDDIR/python/saker/_comm.so ]] || ! "$PY" -c 'import torch' 2>/dev/null; then
+        it_log "SKIP torch: needs torch and saker's Python package (make python/saker/_comm.la)"
+        return 0
+    fi
+    cat >"$JOBDIR/zt_torch.py" <<'PYEOF'
+import os, torch, torch.distributed as dist, saker.torch  # noqa: F401 (registers "saker")
+dist.init_process_group("saker")
+r, n, it = dist.get_rank(), dist.get_world_size(), 0
+base = (torch.arange(1 << 16, dtype=torch.float32) % 7) * 0.5
+want = base * n + n * (n - 1) / 2
+while True:
+    t = base + r
+    dist.all_reduce(t)
+    if not torch.equal(t, want):
+        print("comm-selftest zt WRONG rank %d iteration %d" % (r, it), flush=True)
+    it += 1
+    stop = torch.tensor([int(r == 0 and it >= 3 and os.path.exists(os.environ["SAKER_SELFTEST_UNTIL"]))])
+    dist.all_reduce(stop)  # every rank stops after the same iteration
+    if stop.item():
+        break
+dist.barrier()
+print("comm-selftest zt ok rank %d of %d iterations %d transport saker.torch" % (r, n, it), flush=True)
+PYEOF
+    chmod 0644 "$JOBDIR/zt_torch.py"
+    local port key="" deadline p
+    port=$(free_port)
+    local -a saved=("${JOB_CMD[@]}")
+    JOB_CMD=("$PY" "$JOBDIR/zt_torch.py")
+    as_root_sniff torch-capture lo --pattern "$PATTERN" --dump-port "$port"
+    attack torch abort --text "$ABORT_TEXT" --skip-port "$port" --duration 6
+    sleep 0.5
+    job_start torch PYTHONPATH="$SAKER_BUILDDIR/python" -- --master-port "$port"
+    deadline=$((SECONDS + 30))
+    while [[ -z $key ]] && ((SECONDS < deadline)) && kill -0 "$JOB_PID" 2>/dev/null; do
+        p=$(rank_pid 0 zt_torch.py)
+        [[ -n $p ]] && key=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | sed -n 's/^SAKER_JOB_KEY=//p')
+        sleep 0.2
+    done
+    wait_file "$MDIR/torch.done" 60
+    job_end torch
+    attack_end torch
+    sniff_end torch-capture
+    local dumped=0 leaked=no seen=no
+    dumped=$(stat -c %s "$CTL/torch-capture.sniff.dump" 2>/dev/null || echo 0)
+    # The control: the capture holds torch's store traffic (the backend's key saker/store).
+    grep -q 'saker/store' "$CTL/torch-capture.sniff.dump" 2>/dev/null && seen=yes
+    if [[ -n $key ]] && "$PY" -c 'import sys; k=sys.argv[1]; d=open(sys.argv[2],"rb").read(); sys.exit(0 if (k.encode() in d or k.upper().encode() in d or bytes.fromhex(k) in d) else 1)' "$key" "$CTL/torch-capture.sniff.dump"; then
+        leaked=yes
+    fi
+    JOB_OUT+=$'\n'"key read from rank 0: ${key:+yes}; ${dumped} byte(s) to or from torch's store on port $port (saker/store among them: $seen); key among them: $leaked"
+    verdict "$(yes_if eval 'job_good && [[ -n $key && $leaked == no && $seen == yes && $JOB_OUT != *"$ABORT_TEXT"* ]]')" \
+        "saker.torch backend: under mallory's abort notices the job's allreduces stay bitwise correct, it never prints her text, and the job key is not among the $dumped bytes to or from torch's store"
+    port=$(free_port)
+    campaign torch-hijack hijack --skip-port "$port" -- PYTHONPATH="$SAKER_BUILDDIR/python" -- --master-port "$port"
+    verdict "$(yes_if eval 'job_good && [[ $JOB_OUT != *bad_alloc* ]]')" \
+        "saker.torch backend: mallory's hijacked links (garbage, a huge length) on Saker's store and listeners change nothing"
+    JOB_CMD=("${saved[@]}")
+}
+
 PATTERN=ZT-KNOWN-TENSOR-PATTERN-0123456   # what comm_selftest puts in every tensor (zt_value)
 
 # saker-run --transit encrypt on one node: the job works and shrugs off the hijack and the
@@ -475,6 +638,28 @@ case_flip() {
     done
 }
 
+# Dropped, reordered and replayed sealed frames: the relay between the nodes parses rank
+# 0's sealed stream to rank 1 and, past 4 MiB, drops one frame, swaps two, or sends one
+# twice. Each must be detected: the job fails naming the link, never a wrong result.
+case_frames() {
+    local mode proxy
+    for mode in drop reorder replay; do
+        node_job "frames-$mode" encrypt 10.178.0.3
+        "$PY" "$ATTACKER" flip-proxy --uid "$ALICE_UID" --pid "$R1_PID" --listen-ip 10.178.0.3 --target-ip 10.178.0.2 \
+            --mode "$mode" --stop "$CTL/frames-$mode.proxy-stop" --out "$CTL/frames-$mode.proxy" --deadline 100 \
+            >"$CTL/frames-$mode.proxy.log" 2>&1 &
+        proxy=$!
+        BG_PIDS+=($!)
+        sleep 4
+        node_job_end "frames-$mode"
+        touch "$CTL/frames-$mode.proxy-stop"
+        wait "$proxy"
+        ATK_OUT=$(cat "$CTL/frames-$mode.proxy.log")
+        verdict "$(yes_if eval '[[ $ATK_OUT == *"FACT tampered"* && $JOB_OUT != *WRONG* && $JOB_RC != 0 && $JOB_OUT == *"tampered with or reordered"* && $JOB_OUT == *"link"*"rank"* ]]')" \
+            "$mode a sealed frame in flight (encrypt): the job detects it, names the link, and never hands back a wrong result"
+    done
+}
+
 # The same attacks across two emulated nodes: mallory on the node of the rank she attacks,
 # the job's other rank on the other node. The store is rank 0's, on zt-a port 29555.
 node_campaign() {  # node_campaign NAME NODE SUBCOMMAND [ARGS...]
@@ -486,6 +671,36 @@ node_campaign() {  # node_campaign NAME NODE SUBCOMMAND [ARGS...]
     wait_file "$MDIR/$name.done" 45
     node_job_end "$name"
     attack_end "$name"
+}
+
+# Denial of service with the ranks started 3 s apart, so that mallory's silent connections
+# are in place before the real ones come, and the ranks under the descriptor limit most
+# machines give a process (1024; this one gives 20000): on rank 0's node, 5000 on the
+# store's port (the store used to take up to 4096 strangers, far past the descriptors
+# rank 0 has) and 1500 on rank 0's listener, while rank 1 starts late and must still join;
+# on rank 1's node, 1500 on rank 1's link listener (more than the old 64 handshakes and
+# 512-connection backlog), while rank 0 starts late and must still link to it.
+case_nodes_dos() {
+    ATK_NS=zt-a attack nodes-dos-store dos --host 10.178.0.1 --port 29555 --port-count 5000 --count 1500 --duration 8
+    sleep 0.5
+    ZT_NOFILE=1024 ZT_LATE=1 node_job nodes-dos-store auth 10.178.0.2
+    wait_file "$MDIR/nodes-dos-store.done" 45
+    node_job_end nodes-dos-store
+    attack_end nodes-dos-store
+    JOB_OUT+=$'\n'"$(grep 'INFO held' <<<"$ATK_OUT")"
+    it_log "$(grep 'INFO held' <<<"$ATK_OUT" | tr '\n' ';')"
+    verdict "$(yes_if job_good)" \
+        "denial of service across nodes: 5000 silent connections on the store's port and 1500 on rank 0's listener before rank 1 starts; rank 1 still joins and the results are correct"
+    ATK_NS=zt-b attack nodes-dos-link dos --count 1500 --duration 8
+    sleep 0.5
+    ZT_NOFILE=1024 ZT_LATE=0 node_job nodes-dos-link auth 10.178.0.2
+    wait_file "$MDIR/nodes-dos-link.done" 45
+    node_job_end nodes-dos-link
+    attack_end nodes-dos-link
+    JOB_OUT+=$'\n'"$(grep 'INFO held' <<<"$ATK_OUT")"
+    it_log "$(grep 'INFO held' <<<"$ATK_OUT" | tr '\n' ';')"
+    verdict "$(yes_if job_good)" \
+        "denial of service across nodes: 1500 silent connections on rank 1's link listener before rank 0 starts; rank 0 still links to it and the results are correct"
 }
 
 case_nodes_squat() {
@@ -517,13 +732,13 @@ want() { [[ -z ${ZT_ONLY:-} || " $ZT_ONLY " == *" $1 "* ]]; }
 src=$(sed -n 's/^abs_top_srcdir = //p' "$SAKER_BUILDDIR/Makefile" 2>/dev/null)
 it_log "attacking the build $SAKER_BUILDDIR (sources $src, commit $(git -C "${src:-/nonexistent}" log -1 --format=%h 2>/dev/null || echo 'unknown: not a git checkout'))"
 case_control
-for c in store_read store_poison abort hijack key replay squat shm heartbeat marker files ckpt_dir shm_leftovers encrypt_local; do
+for c in store_read store_poison abort hijack key replay spoof replay_jobs dos squat shm heartbeat marker files ckpt_dir shm_leftovers encrypt_local torch; do
     want "$c" && "case_$c"
 done
-if want nodes_squat || want nodes_poison || want nodes_hijack || want capture || want flip; then
+if want nodes_squat || want nodes_poison || want nodes_hijack || want nodes_dos || want capture || want flip || want frames; then
     if net_up; then
         it_at_exit net_down
-        for c in nodes_squat nodes_poison nodes_hijack capture flip; do
+        for c in nodes_squat nodes_poison nodes_hijack nodes_dos capture flip frames; do
             want "$c" && "case_$c"
         done
     else

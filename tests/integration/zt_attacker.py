@@ -562,6 +562,22 @@ def cmd_dos(args):
 # ---- the trusted runner (root): capture and tamper on the wire ----------------------------
 
 
+def attach_port_filter(sock, port):
+    """A classic BPF filter: only IPv4 TCP segments from or to PORT reach the socket (a
+    capture in Python of everything on a loaded loopback loses most frames)."""
+    import ctypes
+    prog = [(0x28, 0, 0, 12), (0x15, 0, 9, 0x0800),  # ethertype IPv4, else drop
+            (0x30, 0, 0, 23), (0x15, 0, 7, 6),  # TCP, else drop
+            (0x28, 0, 0, 20), (0x45, 5, 0, 0x1FFF),  # a fragment: drop
+            (0xB1, 0, 0, 14),  # x = IP header length
+            (0x48, 0, 0, 14), (0x15, 3, 0, port),  # source port
+            (0x48, 0, 0, 16), (0x15, 1, 0, port),  # destination port
+            (0x06, 0, 0, 0), (0x06, 0, 0, 262144)]  # drop, keep
+    buf = ctypes.create_string_buffer(b"".join(struct.pack("HBBI", *ins) for ins in prog))
+    # SO_ATTACH_FILTER copies the program: buf need only outlive this call.
+    sock.setsockopt(socket.SOL_SOCKET, 26, struct.pack("HL", len(prog), ctypes.addressof(buf)))
+
+
 def cmd_sniff(args):
     """Capture TCP payload on an interface (AF_PACKET); report whether the pattern appears
     and keep the first bytes each client sent to a listener of uid (for the replay)."""
@@ -569,6 +585,8 @@ def cmd_sniff(args):
     sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
     sock.setsockopt(socket.SOL_SOCKET, 33, 256 << 20)  # SO_RCVBUFFORCE (root): drop as little as we can
     sock.bind((args.iface, 0))
+    if args.dump_port:
+        attach_port_filter(sock, args.dump_port)
     sock.settimeout(0.2)
     tails, firsts = {}, {}
     listeners, rescan = set(), 0.0

@@ -6,8 +6,13 @@
 // tests fail there; that is how they were checked (see the commit message).
 #include <catch2/catch.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -345,5 +350,101 @@ TEST_CASE("mesh: a silent stranger on a listener holds up no link", "[comm][intr
     pollfd p{s.get(), POLLIN, 0};
     CHECK(poll(&p, 1, 0) == 0);
   }
+}
+#endif
+
+namespace {
+
+// Another process of the attacker's that opens n silent connections to port and holds them
+// until destroyed: its descriptors are its own, as another user's would be (the victim's
+// limit is what the flood tries to exhaust). The child only makes system calls.
+struct SilentFlood {
+  pid_t pid = -1;
+  SilentFlood(int port, int n) {
+    int ready[2];
+    REQUIRE(pipe(ready) == 0);
+    pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      rlimit r{};
+      getrlimit(RLIMIT_NOFILE, &r);
+      r.rlim_cur = std::min<rlim_t>(r.rlim_max, static_cast<rlim_t>(n) + 64);
+      setrlimit(RLIMIT_NOFILE, &r);
+      sockaddr_in sa{};
+      sa.sin_family = AF_INET;
+      sa.sin_port = htons(static_cast<std::uint16_t>(port));
+      sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      int made = 0;
+      for (; made < n; ++made) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        if (fd < 0 || (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 && errno != EINPROGRESS)) break;
+      }
+      if (write(ready[1], &made, sizeof made) < 0) {}
+      while (true) pause();
+    }
+    close(ready[1]);
+    int made = 0;
+    REQUIRE(read(ready[0], &made, sizeof made) == static_cast<ssize_t>(sizeof made));
+    close(ready[0]);
+    REQUIRE(made == n);
+  }
+  ~SilentFlood() {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+  }
+};
+
+// This process's descriptor limit set to soft (what a rank usually has: 1024), restored after.
+struct FdLimit {
+  rlimit old{};
+  explicit FdLimit(rlim_t soft) {
+    getrlimit(RLIMIT_NOFILE, &old);
+    rlimit r = old;
+    r.rlim_cur = std::min(soft, old.rlim_max);
+    setrlimit(RLIMIT_NOFILE, &r);
+  }
+  ~FdLimit() { setrlimit(RLIMIT_NOFILE, &old); }
+};
+
+}  // namespace
+
+// Denial of service (issue 28): 1500 silent connections, more than the store's process has
+// descriptors. The old store took them until accept failed (EMFILE) and a rank's
+// connection waited behind them past its timeout.
+TEST_CASE("store: a flood of silent strangers exhausts no descriptors and keeps no rank out", "[comm][intruder]") {
+  FdLimit limit(1024);
+  Options o = test::quick_options();
+  o.timeout = 5s;  // below the strangers' 10 s handshake deadline: no waiting them out
+  auto server = serve_store(o);
+  SilentFlood flood(server->port(), 1500);
+  auto client = store_client(server->port(), o);
+  client->set("saker/rank/0", "rank-address-1234");
+  CHECK(store_client(server->port(), o)->get("saker/rank/0", 5s) == "rank-address-1234");
+}
+
+#ifndef SAKER_TEST_OLD_API
+// 1200 silent connections on a rank's listener: more than the 64 handshakes the old
+// listener ran at once plus its 512-connection backlog, so the real peer's connect waited
+// (or was dropped) behind them for the handshake deadline, over and over.
+TEST_CASE("mesh: a flood of silent strangers on a listener holds up no link", "[comm][intruder]") {
+  std::vector<PeerInfo> peers(2);
+  std::vector<net::Fd> listeners;
+  for (int r = 0; r < 2; ++r) {
+    int port = 0;
+    listeners.push_back(net::listen_on("127.0.0.1", 0, &port));
+    peers[static_cast<std::size_t>(r)] = {"127.0.0.1", port, "host" + std::to_string(r), "n" + std::to_string(r), getpid(), "m"};
+  }
+  auto ctx = [] { return auth::Context{auth::JobKey::from_raw(test::test_key()), "test"}; };
+  FdLimit limit(1024);
+  Mesh rank1(1, peers, std::move(listeners[1]), 5s, ctx());
+  SilentFlood flood(peers[1].port, 1200);
+  Mesh rank0(0, peers, std::move(listeners[0]), 5s, ctx());
+  int a = rank0.link(1, 3);
+  int b = rank1.link(0, 3);
+  const char ping = 'y';
+  REQUIRE(::send(a, &ping, 1, MSG_NOSIGNAL) == 1);
+  char got = 0;
+  REQUIRE(recv(b, &got, 1, 0) == 1);
+  CHECK(got == 'y');
 }
 #endif
