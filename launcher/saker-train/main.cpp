@@ -206,6 +206,9 @@ int run_training(const std::vector<std::string>& args) {
                     restarted_from_env(std::getenv("SAKER_RUN_ATTEMPT"), std::getenv("TORCHELASTIC_RESTART_COUNT"),
                                        std::getenv("SLURM_RESTART_COUNT")));
     cfg.auto_interval = &goodput->interval();
+  } else if (every.automatic && reducer->rank() == 0) {
+    saker::log::warn("saker-train: --ckpt-every auto has no checkpoints to schedule: there is no --ckpt-dir "
+                     "(nor $SAKER_CKPT_DIR); pass one to checkpoint");
   }
   const TrainResult r = train(cfg, data, *reducer, store.get(), &g_stop);
   if (goodput) goodput->finished(r.preempted);
