@@ -116,9 +116,6 @@ void AutoInterval::saved(std::uint64_t step, double seconds) {
   next_ = step + interval_;
 }
 
-}  // namespace saker::train
-
-namespace saker::train {
 
 CkptEvery parse_ckpt_every(const std::string& text) {
   if (text == "auto") return {true, 0};

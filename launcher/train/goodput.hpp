@@ -84,9 +84,6 @@ class AutoInterval {
   std::optional<IntervalChoice> choice_;
 };
 
-}  // namespace saker::train
-
-namespace saker::train {
 
 // --ckpt-every's value: "auto", or a whole number of steps (0: only on signals).
 // Throws saker::Error naming the value otherwise.
