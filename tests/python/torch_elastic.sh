@@ -11,7 +11,9 @@
 #    nor skips a sample over the whole run;
 #  - SIGTERM: exit 75 with a committed state; the run resumes at the same size to the
 #    uninterrupted hash, and at another size (3 -> 2) without repeating or skipping samples;
-#  - a resize notice planted by another user, or naming the current size, is ignored.
+#  - a resize notice planted by another user, or naming the current size, is ignored;
+#  - on one rank (tests/python/elastic_unit_check.py): names of the persisted datasets, the
+#    notice's rules, restore() of attributes, an LR scheduler committed and resumed.
 source "$(dirname "$0")/../integration/lib.sh"
 py=/usr/bin/python3
 $py -c 'import torch' 2>/dev/null || { echo "SKIP: $py cannot import torch (apt-get install python3-torch)"; exit 77; }
@@ -29,6 +31,21 @@ same_on_ranks() { [[ $(grep -c '^rank [0-9]*/[0-9]* params ' <<<"$1") == "$2" &&
                      $(grep '^rank [0-9]*/[0-9]* params ' <<<"$1" | awk '{print $4}' | sort -u | wc -l) == 1 ]]; }
 # count PATTERN OUTPUT: lines matching.
 count() { grep -c -- "$1" <<<"$2"; }
+
+# The pieces on one rank: persisted names, the notice's rules, restore() of attributes;
+# an LR scheduler's state committed, stopped by a notice, resumed into the script's object.
+unit="$SAKER_SRCDIR/tests/python/elastic_unit_check.py"
+assert_rc 0 "hvd.elastic's pieces, 1 rank" -- "$run" --local -n 1 --max-restarts 0 -- $py "$unit" pieces
+assert_contains "$IT_OUT" "elastic unit ok: pieces" "flatten/unflatten, notice rules, restore()"
+assert_rc 0 "a scheduler, uninterrupted" -- "$run" --local -n 1 --max-restarts 0 --ckpt-dir "$tmp/u1" -- $py "$unit" resume
+plain=$(grep -o 'elastic unit ok: resume, weight .*' <<<"$IT_OUT")
+assert_rc 75 "a scheduler, stopped by a notice after 3 steps" -- "$run" --local -n 1 --max-restarts 0 --ckpt-dir "$tmp/u2" -- \
+  env SAKER_RESIZE_NOTICE="$tmp/unotice" $py "$unit" commit
+rm -f "$tmp/unotice"
+assert_rc 0 "a scheduler, resumed" -- "$run" --local -n 1 --max-restarts 0 --ckpt-dir "$tmp/u2" -- \
+  env SAKER_RESIZE_NOTICE="$tmp/unotice" $py "$unit" resume
+assert_contains "$IT_OUT" "resumed from commit 3 (" "the commit of step 3 is restored"
+assert_contains "$IT_OUT" "$plain" "the scheduler (epoch 5, lr 0.025) and the weights are the uninterrupted run's"
 
 assert_rc 0 "uninterrupted, 2 ranks" -- "$run" --local -n 2 --max-restarts 0 -- $py "$script"
 ref=$IT_OUT
