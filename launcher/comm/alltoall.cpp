@@ -1,6 +1,7 @@
 // Horovod's alltoall (MPI_Alltoallv): the ranks first agree on what moves (agree.hpp),
 // then every pair exchanges its rows directly, all pairs at once, over the links the
 // ring uses (one socket per direction, sealed frames under Transit::encrypt).
+#include <algorithm>
 #include <cstring>
 
 #include "launcher/comm/agree.hpp"
@@ -25,6 +26,19 @@ void Ring::alltoallv(const char* send, const std::vector<std::size_t>& send_byte
   SAKER_ASSERT(send_bytes[me] == recv_bytes[me], "alltoallv: what a member sends itself differs from what it expects");
   if (send_bytes[me] > 0) std::memmove(recv + roff[me], send + soff[me], send_bytes[me]);
   if (n == 1) return;
+  if (n == 2) {
+    // One peer: the ring's own exchange, whose send thread keeps the kernel's send and
+    // receive paths busy at once for large buffers. Both members key the choice on the
+    // larger direction, which they both know, so they agree on it (send_thread_for).
+    const auto peer = 1 - me;
+    const std::size_t key = std::max(send_bytes[peer], recv_bytes[peer]);
+    const bool threaded = send_thread_for(kAllgather, key);
+    const auto started = net::Clock::now();
+    exchange(send + soff[peer], send_bytes[peer], recv + roff[peer], recv_bytes[peer], 1, nullptr, false, "alltoall",
+             threaded);
+    record_phase(kAllgather, key, threaded, started);
+    return;
+  }
   std::vector<Transfer> xs;
   for (int j = 0; j < n; ++j) {
     const auto u = static_cast<std::size_t>(j);

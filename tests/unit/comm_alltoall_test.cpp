@@ -193,6 +193,37 @@ TEST_CASE("alltoall: uneven splits arrive exactly, every transport and world siz
   }
 }
 
+// Two ranks take the ring's exchange (alltoall.cpp): large uneven transfers, with the send
+// thread forced on and off, plain and sealed.
+TEST_CASE("alltoall: two ranks, large uneven transfers, send thread on and off, sealed", "[comm][alltoall]") {
+  for (const char* thread : {"1", "0"})
+    for (Transit transit : {Transit::auth, Transit::encrypt}) {
+      setenv("SAKER_COMM_SEND_THREAD", thread, 1);
+      Options o = test::quick_options();
+      o.transit = transit;
+      run_ranks(2, [&](Communicator& c, Failures& f) {
+        const int me = c.rank();
+        const std::size_t row = 100003;  // rows of 800 KB: 1 to 3 of them per direction
+        std::vector<std::size_t> sc = me == 0 ? std::vector<std::size_t>{1, 3} : std::vector<std::size_t>{2, 2};
+        // rank 0 sends {1, 3} rows, rank 1 {2, 2}: so rank 0 receives {1, 2}, rank 1 {3, 2}.
+        std::vector<std::size_t> rc = me == 0 ? std::vector<std::size_t>{1, 2} : std::vector<std::size_t>{3, 2};
+        std::vector<std::int64_t> send;
+        for (int j = 0; j < 2; ++j)
+          for (std::size_t k = 0; k < sc[static_cast<std::size_t>(j)] * row; ++k) send.push_back(cell(me, j, k));
+        std::vector<std::int64_t> got((rc[0] + rc[1]) * row, -1);
+        c.alltoallv(send.data(), sc, got.data(), rc, row, DataType::i64, "big");
+        std::size_t at = 0;
+        for (int i = 0; i < 2; ++i)
+          for (std::size_t k = 0; k < rc[static_cast<std::size_t>(i)] * row; ++k, ++at)
+            if (got[at] != cell(i, me, k)) {
+              f.add("rank " + std::to_string(me) + ": wrong element from rank " + std::to_string(i) + " at " + std::to_string(k));
+              return;
+            }
+      }, o, {"n0", "n1"});
+      unsetenv("SAKER_COMM_SEND_THREAD");
+    }
+}
+
 TEST_CASE("reduce_scatter: every type and op against the reference, input untouched", "[comm][reduce_scatter]") {
   for (int n = 1; n <= 4; ++n) {
     INFO("world size " << n);
