@@ -92,7 +92,9 @@ TEST_CASE("logical map: every worker has exactly one rank, in contiguous blocks"
 TEST_CASE("canonical sum: the order of a ring allreduce over L ranks, for any size", "[comm][ordered]") {
   // The canonical order is defined as the ring's; this pins the two together, so a change
   // of the ring's order (ring.cpp) cannot silently change every saker-train result.
-  for (std::size_t count : {std::size_t{7}, std::size_t{1000}, std::size_t{70001}}) {
+  // Sizes for each of the ring's algorithms (exchange, direct, pipelined ring, and the
+  // ring in several cache-sized blocks: 3 Mi floats are 12 MiB).
+  for (std::size_t count : {std::size_t{7}, std::size_t{1000}, std::size_t{70001}, std::size_t{3u << 20}}) {
     for (int n : {2, 3, 4}) {
       std::vector<std::vector<float>> got(static_cast<std::size_t>(n));
       std::vector<std::string> nodes;
