@@ -48,7 +48,8 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 
 // Runs `world` ranks (one node, or one node each), each summing the contributions of
 // its logical workers through OrderedReduce; returns every rank's result.
-std::vector<std::vector<float>> ordered_over(int world, int logical, std::size_t count, bool one_node) {
+std::vector<std::vector<float>> ordered_over(int world, int logical, std::size_t count, bool one_node,
+                                             Transit transit = Transit::auth) {
   std::vector<std::vector<float>> results(static_cast<std::size_t>(world));
   std::vector<std::string> nodes;
   for (int r = 0; r < world; ++r) nodes.push_back(one_node ? "node0" : "node" + std::to_string(r));
@@ -62,7 +63,11 @@ std::vector<std::vector<float>> ordered_over(int world, int logical, std::size_t
     std::vector<float> out(count);
     reduce.sum(ptrs, count, out.data());
     results[static_cast<std::size_t>(comm.rank())] = out;
-  }, saker::comm::test::quick_options(), nodes);
+  }, [&] {
+    Options o = saker::comm::test::quick_options();
+    o.transit = transit;
+    return o;
+  }(), nodes);
   return results;
 }
 
@@ -139,5 +144,7 @@ TEST_CASE("ordered reduce: the same bits when the logical workers move onto fewe
         for (const auto& got : ordered_over(world, 4, count, one_node)) CHECK(same_bits(got, want));
       }
     }
+    // Sealed links between nodes (Transit::encrypt) carry the same bits.
+    for (const auto& got : ordered_over(3, 4, count, false, Transit::encrypt)) CHECK(same_bits(got, want));
   }
 }
