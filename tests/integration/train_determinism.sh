@@ -2,7 +2,8 @@
 # saker-train is deterministic across world sizes and transports (issue 32 §2): a run of 4
 # logical workers ends with the same final weight hash
 #  - on 4 ranks over shared memory (saker-run --local -n 4) and over the TCP ring that
-#    ranks on separate nodes use (SAKER_COMM_TRANSPORT=ring, and 4 nodes of a real cluster);
+#    ranks on separate nodes use (SAKER_COMM_TRANSPORT=ring, and 4 nodes of a real cluster),
+#    and on 2 nodes x 2 ranks (shared memory inside a node, TCP between);
 #    before the canonical order, shared memory summed in rank order and these differed;
 #  - on 3 and 2 ranks (--logical-ranks 4);
 #  - through a resize: stopped by SIGTERM on 4 ranks (exit 75, emergency checkpoint),
@@ -74,6 +75,11 @@ if [[ $(id -u) == 0 ]]; then
   job=$(submit_template train-cpu "$IT_PREFIX/ckpt-4n" -p all -N4 --ntasks=4 --ntasks-per-node=1)
   assert_eq COMPLETED "$(it_job_wait "$job" 180)" "the 4-node job completes"
   assert_eq "$h" "$(hash_of "$IT_PREFIX/train-cpu-$job.out")" "4 nodes of the local cluster end with the --local -n 4 hash"
+  # 2 nodes x 2 ranks: automatic transport would be hierarchical (shared memory inside a
+  # node, then the ring among node leaders), a third summation order before.
+  job=$(submit_template train-cpu "$IT_PREFIX/ckpt-2x2" -p all -N2 --ntasks=4 --ntasks-per-node=2)
+  assert_eq COMPLETED "$(it_job_wait "$job" 180)" "the 2-node, 4-rank job completes"
+  assert_eq "$h" "$(hash_of "$IT_PREFIX/train-cpu-$job.out")" "2 nodes x 2 ranks end with the --local -n 4 hash"
 else
   it_log "not root: the 4-node cluster comparison is skipped (the TCP-ring comparison above stands in for it)"
 fi
