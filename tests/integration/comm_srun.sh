@@ -4,6 +4,7 @@
 source "$(dirname "$0")/lib.sh"
 it_require_root
 it_cluster_up --nodes 2 --cpus-per-node 4
+IT_USER=saker-carol   # a user of its own: saker-mallory attacks every listener of hers below
 it_jobs_as_user
 selftest="$SAKER_BUILDDIR/tests/integration/comm_selftest"
 # All "nodes" share this machine: peers reach each other on loopback, and the

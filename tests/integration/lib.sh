@@ -19,9 +19,11 @@
 #   IT_KEEP=1       keep the cluster running (and its files) after the test, for debugging
 #
 # Jobs run as an ordinary user (a real site is multi-tenant; issue 28): after it_cluster_up,
-#     it_jobs_as_user                  # sbatch, srun, salloc, saker-run now run as saker-alice
+#     it_jobs_as_user                  # sbatch, srun, salloc, saker-run now run as saker-user
 #     it_user CMD...                   # any other command as that user
-#   IT_USER  the user (default saker-alice; created when missing, without home or shell)
+#   IT_USER  the user (default saker-user; created when missing, without home or shell). Not
+#            saker-alice or saker-mallory: zero_trust_attacks.sh attacks every process of
+#            saker-alice's, and tests run in parallel.
 #
 # Test scripts must not install their own EXIT trap (it would replace the one that takes the
 # cluster down); register cleanups with it_at_exit instead.
@@ -332,7 +334,7 @@ _it_install_trap() {
 # their full path, or through env/timeout, stay root's: write it_user in front of those.
 # The cluster's prefix and $IT_TMP become 1777 (sticky, like /tmp), so that the tests' output
 # files (-o "$IT_PREFIX/x.out") can be created by the user; root reads them as before.
-declare -g IT_USER="${IT_USER:-saker-alice}"
+declare -g IT_USER="${IT_USER:-saker-user}"
 IT_AS_USER=0          # 1 once it_jobs_as_user succeeded
 IT_USER_HOME=""       # the user's HOME during the test (private, under $IT_TMP)
 

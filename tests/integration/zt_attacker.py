@@ -767,6 +767,16 @@ def cmd_flip_proxy(args):
             say("FACT tampered %s %d frame(s) of the client's streams" % (args.mode, flips[0]))
 
 
+def kill_victim(victim):
+    """SIGKILL victim[0]; False (and said) when it had exited already: the case did not run."""
+    try:
+        os.kill(victim[0], 9)
+        return True
+    except ProcessLookupError:
+        say("INFO pid %d had exited before the kill: nothing was killed" % victim[0])
+        return False
+
+
 def cmd_kill_on_shm(args):
     """SIGKILL the uid's process with SAKER_RANK=RANK the moment a file of the uid appears
     in /dev/shm (the window between creating a segment and removing its name is short):
@@ -815,23 +825,23 @@ def cmd_kill_on_shm(args):
                 time.sleep(0.0001)
             for name in names:
                 if name.startswith("saker") and victim:
-                    os.kill(victim[0], 9)
-                    say("INFO SIGKILLed rank %d (pid %d) once /dev/shm/%s was created" % (args.rank, victim[0], name))
+                    if kill_victim(victim):
+                        say("INFO SIGKILLed rank %d (pid %d) once /dev/shm/%s was created" % (args.rank, victim[0], name))
                     return
         if victim and found_at is None:
             found_at = time.time()
         if found_at is not None and time.time() > found_at + args.window:
             # A name that lives only microseconds (its member unlinks it at once) is not
             # seen by polling: kill the rank during its start anyway; nothing may be left.
-            os.kill(victim[0], 9)
-            say("INFO no segment of uid %d seen within %g s of rank %d's start; SIGKILLed it (pid %d) then" %
-                (args.uid, args.window, args.rank, victim[0]))
+            if kill_victim(victim):
+                say("INFO no segment of uid %d seen within %g s of rank %d's start; SIGKILLed it (pid %d) then" %
+                    (args.uid, args.window, args.rank, victim[0]))
             return
         for name in os.listdir("/dev/shm"):
             try:
                 if victim and os.stat("/dev/shm/" + name).st_uid == args.uid:
-                    os.kill(victim[0], 9)
-                    say("INFO SIGKILLed rank %d (pid %d) once /dev/shm/%s existed" % (args.rank, victim[0], name))
+                    if kill_victim(victim):
+                        say("INFO SIGKILLed rank %d (pid %d) once /dev/shm/%s existed" % (args.rank, victim[0], name))
                     return
             except OSError:
                 pass
