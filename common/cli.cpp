@@ -198,7 +198,14 @@ const Command& find_command(const Tool& tool, const std::vector<std::string>& wo
   if (family && words.size() < 2)
     throw UsageError(explain(tool.name + ": '" + typed + "' needs one more word", "it is the start of a command", fix));
   if (family) typed += " " + words[1];
-  const std::string guess = closest(typed, names);
+  std::string guess = closest(typed, names);
+  // Words people type for a command that has a shorter name here (only when it exists).
+  static const std::vector<std::pair<std::string, std::string>> kSynonyms = {
+      {"list", "ls"}, {"dir", "ls"}, {"info", "show"}, {"inspect", "show"}, {"cat", "show"},
+      {"check", "verify"}, {"validate", "check"}, {"rm", "prune"}, {"delete", "prune"}, {"clean", "prune"},
+      {"search", "find"}, {"stat", "status"}, {"state", "status"}};
+  for (const auto& [word, command] : kSynonyms)
+    if (guess.empty() && typed == word && std::find(names.begin(), names.end(), command) != names.end()) guess = command;
   throw UsageError(explain(tool.name + ": unknown command '" + typed + "'" + (guess.empty() ? "" : "; did you mean '" + guess + "'?"),
                            "", fix));
 }

@@ -70,6 +70,16 @@ std::vector<DatasetRef> parse_dataset_list(std::string_view text) {
   return refs;
 }
 
+bool dataset_matches(const std::string& recorded, const DatasetRef& query, bool* unpinned) {
+  const std::size_t at = recorded.find('@');
+  const std::string version = at == std::string::npos ? "" : recorded.substr(at + 1);
+  if (recorded.substr(0, at) != query.name) return false;
+  if (query.version.empty() || version == query.version) return true;
+  if (!version.empty()) return false;
+  if (unpinned != nullptr) *unpinned = true;
+  return true;
+}
+
 std::string format_dataset_list(const std::vector<DatasetRef>& refs) {
   std::string out;
   for (const auto& r : refs) {

@@ -23,17 +23,6 @@ std::vector<std::string> split_list(const std::string& joined) {
   return out;
 }
 
-// Whether a recorded entry matches; *unpinned when only because it names no version.
-bool matches(const std::string& recorded, const DatasetRef& query, bool* unpinned) {
-  const std::size_t at = recorded.find('@');
-  const std::string name = recorded.substr(0, at);
-  const std::string version = at == std::string::npos ? "" : recorded.substr(at + 1);
-  if (name != query.name) return false;
-  if (query.version.empty() || version == query.version) return true;
-  if (version.empty()) return *unpinned = true;
-  return false;
-}
-
 bool admitted(const std::string& event, const std::string& decision) {
   if (event == "launch") return decision == "allow";
   return (event == "submit" || event == "modify") && (decision == "allow" || decision == "modify");
@@ -61,7 +50,7 @@ std::vector<Row> admitted_with(const std::string& log_name, std::istream& in, co
     if (!admitted(r.event, r.decision)) continue;
     bool unpinned = false;
     for (const std::string& d : split_list(field(f, "datasets")))
-      if (matches(d, query, &unpinned)) r.datasets.push_back(d);
+      if (dataset_matches(d, query, &unpinned)) r.datasets.push_back(d);
     if (r.datasets.empty()) continue;
     r.version_unpinned = unpinned && std::none_of(r.datasets.begin(), r.datasets.end(), [&](const std::string& d) {
                            return d == query.str();

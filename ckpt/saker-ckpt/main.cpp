@@ -5,12 +5,12 @@
 //   saker-ckpt verify DIR|FILE... [--policy FILE]
 //   saker-ckpt prune DIR --keep K [--keep-every M]
 //   saker-ckpt provenance FILE [--verify --pubkey FILE [--search DIR]...]
+//   saker-ckpt find --dataset NAME[@VERSION] DIR... [--json]
 //
-// Exit codes: 0 success, 1 damage found (verify, ls), 2 bad usage, 3 cannot read/act,
-// 4 a checkpoint stored against the site policy (verify --policy).
+// Exit codes (saker(7)): 0 success, 1 damage found (verify, ls, show), 2 bad usage,
+// 3 cannot read/act, 4 a checkpoint stored against the site policy (verify --policy).
 #include <unistd.h>
 
-#include <boost/program_options.hpp>
 #include <algorithm>
 #include <chrono>
 #include <memory>
@@ -21,53 +21,69 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/find.hpp"
 #include "ckpt/policy_guard.hpp"
 #include "ckpt/provenance_export.hpp"
 #include "common/error.hpp"
-#include "common/version.hpp"
+#include "common/cli.hpp"
 #include "common/log.hpp"
 #include "saker/ckpt.hpp"
 
-namespace po = boost::program_options;
+namespace cli = saker::cli;
 namespace ck = saker::ckpt;
 namespace fs = std::filesystem;
 
 namespace {
 
-constexpr int kOk = 0, kDamaged = 1, kUsage = 2, kFailed = 3, kAgainstPolicy = 4;
+constexpr int kOk = cli::kOk, kDamaged = cli::kFailed, kFailed = cli::kUnusable, kAgainstPolicy = cli::kConflict;
 
-const char* kUsageText =
-    "Usage: saker-ckpt ls DIR [--quick]\n"
-    "       saker-ckpt show FILE\n"
-    "       saker-ckpt verify DIR|FILE... [--policy FILE] [--key FILE]\n"
-    "       saker-ckpt prune DIR --keep K [--keep-every M] [--dry-run]\n"
-    "       saker-ckpt provenance FILE [--verify --pubkey FILE [--search DIR]...]\n"
-    "\n"
-    "ls      one line per committed checkpoint: step, creation time (UTC), size, shards and\n"
-    "        status (ok, or DAMAGED and why). Checks every checksum unless --quick.\n"
-    "show    metadata (step, epoch, world size, version, encryption), dataset lineage, the\n"
-    "        config record and every tensor (shard, dtype, shape, placement, bytes, xxh3-128).\n"
-    "verify  reads every shard of every checkpoint given (a directory: all of them) and checks\n"
-    "        every checksum; no key is needed, checksums cover the stored bytes. With --policy,\n"
-    "        also checks that each checkpoint's lineage may be stored where it is, and\n"
-    "        encrypted when the policy requires it (REFUSED and why otherwise), and warns\n"
-    "        (WARNING, exit code unchanged) when group or others may read a checkpoint file\n"
-    "        whose lineage holds restricted data.\n"
-    "prune   keeps the newest K checkpoints that verify plus every verified checkpoint whose step\n"
-    "        is a multiple of M, and removes the rest with their shard files. Damaged checkpoints\n"
-    "        never count toward K; the newest verified one is always kept, and damaged ones newer\n"
-    "        than it stay (nothing is removed when none verifies). --dry-run only shows the plan.\n"
-    "provenance  prints the checkpoint's provenance as an in-toto Statement v1 with a SLSA\n"
-    "        Provenance v1 predicate (subject: each file's SHA-256; dependencies: the enforced\n"
-    "        and --lineage datasets, the code, the parents; the site-signed job attestation\n"
-    "        inside). --verify --pubkey FILE checks the chain instead: every checksum, the\n"
-    "        attestation's signature under the site's public key, that the record agrees with\n"
-    "        it, and (with --search DIR) every parent, found there by digest.\n"
-    "\n"
-    "Progress goes to stderr when it is a terminal (or with --progress).\n"
-    "Exit codes: 0 success, 1 a damaged checkpoint was found (provenance --verify: the chain does\n"
-    "not verify), 2 bad usage, 3 cannot read or act,\n"
-    "4 (verify --policy) a checkpoint is stored against the site policy (and none is damaged).\n";
+const cli::Tool& tool() {
+  static const cli::Option kProgress{"progress", "", "progress on stderr even when it is not a terminal"};
+  static const cli::Option kKey{"key", "FILE", "AES-256 key file: also checks authenticity and decryption, as a resume does"};
+  static const cli::Tool t{
+      "saker-ckpt",
+      "inspect, verify, prune and trace Saker checkpoints",
+      {{"ls", "DIR [--quick] [--key FILE] [--progress]",
+        "one line per committed checkpoint: step, creation time (UTC), size, shards and status (ok, or DAMAGED and "
+        "why); checks every checksum unless --quick",
+        {{"quick", "", "skip checksum verification"}, kKey, kProgress}, 1, 1, "checkpoint directory DIR"},
+       {"show", "FILE",
+        "metadata (step, epoch, world size, version, encryption), lineage, provenance, the config record and every "
+        "tensor (shard, dtype, shape, placement, bytes, xxh3-128)",
+        {}, 1, 1, "checkpoint FILE"},
+       {"verify", "DIR|FILE... [--policy FILE] [--key FILE] [--progress]",
+        "read every shard of every checkpoint given (a directory: all of them) and check every checksum (no key "
+        "needed); --policy: also where each may be stored and whether it must be encrypted (REFUSED), and a WARNING "
+        "when group or others may read restricted data",
+        {{"policy", "FILE", "site policy (saker-policy.yaml(5)) the checkpoints must obey"}, kKey, kProgress}, 1, 4096,
+        "checkpoint DIR or FILE"},
+       {"prune", "DIR --keep K [--keep-every M] [--dry-run] [--progress]",
+        "keep the newest K checkpoints that verify and every verified one whose step is a multiple of M; remove the "
+        "rest (damaged ones never count toward K; nothing is removed when none verifies)",
+        {{"keep", "K", "checkpoints to keep, newest first (1 or more)"},
+         {"keep-every", "M", "also keep steps that are multiples of M"},
+         {"dry-run", "", "show what would be removed, remove nothing"},
+         kProgress},
+        1, 1, "checkpoint directory DIR"},
+       {"provenance", "FILE [--verify --pubkey FILE [--search DIR]...]",
+        "the checkpoint's provenance as an in-toto Statement v1 with a SLSA Provenance v1 predicate; --verify checks "
+        "the chain instead: checksums, the attestation's signature under the site key, agreement, and the parents",
+        {{"verify", "", "check the chain instead of printing it"},
+         {"pubkey", "FILE", "the site's attestation public key (PEM), for --verify"},
+         {"search", "DIR", "a directory of checkpoints to find parents in, for --verify (repeatable)", true}},
+        1, 1, "checkpoint FILE"},
+       {"find", "--dataset NAME[@VERSION] DIR... [--json]",
+        "every checkpoint under DIR... derived from a dataset: named by its attestation or its lineage, or "
+        "descended from one that is (resume, fine-tune, sweep trial) through parent digests",
+        {{"dataset", "NAME[@VERSION]", "the dataset; without a version, every version"},
+         {"json", "", "one JSON object instead of the lines"}},
+        1, 4096, "directory DIR"}},
+      "Progress goes to stderr when it is a terminal (or with --progress).\n"
+      "Exit codes (saker(7)): 0 success, 1 a damaged checkpoint was found (provenance --verify: the chain does\n"
+      "not verify), 2 bad usage, 3 cannot read or act, 4 (verify --policy) a checkpoint is stored against the\n"
+      "site policy (and none is damaged).\n"};
+  return t;
+}
 
 std::string human_bytes(std::uint64_t n) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -206,8 +222,27 @@ void show_provenance(const ck::CheckpointInfo& info) {
     std::printf("parent:         sha256 %s (run %s step %" PRIu64 ")\n", p.sha256.c_str(), p.run_id.c_str(), p.step);
 }
 
+// show's FILE: a checkpoint file, not a directory, and one that exists; a file that is
+// there but cannot be read as a checkpoint is damaged (exit 1), with describe's reason.
+ck::CheckpointInfo describe_for_show(const fs::path& file) {
+  std::error_code ec;
+  const auto status = fs::status(file, ec);
+  if (!fs::exists(status))
+    throw cli::Failure(kFailed, saker::explain("saker-ckpt show: " + file.string() + " does not exist", "no such file",
+                                               "give a ckpt-*.h5 file; saker-ckpt ls DIR lists a directory's"));
+  if (fs::is_directory(status))
+    throw cli::Failure(kFailed, saker::explain("saker-ckpt show: " + file.string() + " is a directory",
+                                               "show describes one checkpoint file",
+                                               "saker-ckpt ls " + file.string() + " lists its checkpoints; then show one"));
+  try {
+    return ck::describe(file);
+  } catch (const saker::Error& e) {
+    throw cli::Failure(kDamaged, std::string("saker-ckpt show: ") + e.what());
+  }
+}
+
 int cmd_show(const fs::path& file) {
-  const ck::CheckpointInfo info = ck::describe(file);
+  const ck::CheckpointInfo info = describe_for_show(file);
   std::printf("file:           %s\n", info.file.c_str());
   std::printf("step:           %" PRIu64 "\n", info.step);
   std::printf("epoch:          %" PRIu64 "\n", info.epoch);
@@ -313,8 +348,6 @@ int cmd_prune(const fs::path& dir, std::uint32_t keep, std::uint64_t keep_every,
   return kOk;
 }
 
-}  // namespace
-
 int cmd_provenance(const std::string& file, bool check, const std::string& pubkey_file,
                    const std::vector<std::string>& search) {
   if (!check) {
@@ -330,76 +363,57 @@ int cmd_provenance(const std::string& file, bool check, const std::string& pubke
   return result.ok() ? kOk : kDamaged;
 }
 
-int main(int argc, char** argv) {
-  if (saker::print_version_if_asked(argc, argv, "saker-ckpt")) return 0;
-  std::string command;
-  std::vector<std::string> targets;
-  std::uint32_t keep = 0;
-  std::uint64_t keep_every = 0;
-  std::string policy_file, key_file;
-  bool quick = false, dry_run = false, progress = ::isatty(STDERR_FILENO) != 0;
-  bool verify_chain = false;
-  std::string pubkey_file;
-  std::vector<std::string> search;
-  po::options_description opts("Options");
-  opts.add_options()("help,h", "show this help")("quick", po::bool_switch(&quick), "ls: skip checksum verification")(
-      "progress", "verify, ls, prune: show progress on stderr even when it is not a terminal")(
-      "keep", po::value(&keep), "prune: checkpoints to keep (newest first, >= 1)")(
-      "keep-every", po::value(&keep_every), "prune: also keep steps that are multiples of M")(
-      "dry-run", po::bool_switch(&dry_run), "prune: show what would be removed, remove nothing")(
-      "policy", po::value(&policy_file), "verify: site policy (saker-policy.yaml(5)) the checkpoints must obey")(
-      "key", po::value(&key_file), "verify, ls: AES-256 key file; also checks authenticity and decryption, as a resume does")(
-      "verify", po::bool_switch(&verify_chain), "provenance: check the chain instead of printing it")(
-      "pubkey", po::value(&pubkey_file), "provenance --verify: the site's attestation public key (PEM)")(
-      "search", po::value(&search), "provenance --verify: a directory of checkpoints to find parents in (repeatable)");
-  po::options_description all;
-  all.add(opts).add_options()("command", po::value(&command))("target", po::value(&targets));
-  po::positional_options_description pos;
-  pos.add("command", 1).add("target", -1);
-  po::variables_map vm;
+int cmd_find(const cli::Args& a) {
+  std::vector<saker::policy::DatasetRef> query;
   try {
-    po::store(po::command_line_parser(argc, argv).options(all).positional(pos).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    std::cerr << "saker-ckpt: " << e.what() << "\n\n" << kUsageText << opts;
-    return kUsage;
+    query = saker::policy::parse_dataset_list(a.required("dataset"));
+  } catch (const cli::UsageError&) {
+    throw;
+  } catch (const saker::Error& e) {
+    throw cli::UsageError(a.command + ": --dataset: " + e.what());
   }
-  if (vm.count("help") != 0u) {
-    std::cout << kUsageText << "\n" << opts;
-    return kOk;
-  }
-  if (vm.count("progress") != 0u) progress = true;
-  const bool one_target = targets.size() == 1;
-  std::string problem;
-  if (command != "ls" && command != "show" && command != "verify" && command != "prune" && command != "provenance")
-    problem = command.empty() ? "no command given" : "unknown command '" + command + "'";
-  else if (command == "verify" ? targets.empty() : !one_target)
-    problem = command + " takes " + (command == "verify" ? "at least one" : "exactly one") + " DIR or FILE";
-  else if (!policy_file.empty() && command != "verify")
-    problem = "--policy only goes with verify";
-  else if ((verify_chain || !pubkey_file.empty() || !search.empty()) && command != "provenance")
-    problem = "--verify, --pubkey and --search go with provenance";
-  else if (command == "provenance" && verify_chain && pubkey_file.empty())
-    problem = "provenance --verify needs --pubkey FILE (the site's attestation public key)";
-  else if (command == "prune" && keep == 0)
-    problem = "prune needs --keep K with K >= 1";
-  if (!problem.empty()) {
-    std::cerr << "saker-ckpt: " << problem << "\n\n" << kUsageText;
-    return kUsage;
-  }
+  if (query.size() != 1)
+    throw cli::UsageError(saker::explain(a.command + ": --dataset names " + std::to_string(query.size()) + " datasets",
+                                         "the question is about one", "run it once per dataset"));
+  const auto r = ck::find::derived_from({a.positional.begin(), a.positional.end()}, query[0]);
+  std::cout << (a.has("json") ? ck::find::json(query[0], r) : ck::find::table(query[0], r));
+  // Erasure asks for all of them: one that could not be judged is not a clean answer.
+  return r.unreadable.empty() ? kOk : kDamaged;
+}
+
+int run(const cli::Command& c, const cli::Args& a) {
+  const bool progress = a.has("progress") || ::isatty(STDERR_FILENO) != 0;
+  const std::string& first = a.positional.at(0);
   saker::log::set_level(saker::log::Level::warn);
   try {
-    if (command == "ls") return cmd_ls(targets[0], quick, progress, key_file);
-    if (command == "show") return cmd_show(targets[0]);
-    if (command == "provenance") return cmd_provenance(targets[0], verify_chain, pubkey_file, search);
-    if (command == "verify") {
-      std::shared_ptr<const ck::PolicyGuard> guard;
-      if (!policy_file.empty()) guard = ck::PolicyGuard::from_file(policy_file);
-      return cmd_verify(targets, progress, guard.get(), key_file);
+    if (c.name == "ls") return cmd_ls(first, a.has("quick"), progress && !a.has("quick"), a.get("key"));
+    if (c.name == "show") return cmd_show(first);
+    if (c.name == "find") return cmd_find(a);
+    if (c.name == "provenance") {
+      if (!a.has("verify") && (a.has("pubkey") || a.has("search")))
+        throw cli::UsageError(saker::explain("saker-ckpt provenance: --pubkey and --search go with --verify", "",
+                                             "add --verify to check the chain"));
+      return cmd_provenance(first, a.has("verify"), a.has("verify") ? a.required("pubkey") : "", a.all("search"));
     }
-    return cmd_prune(targets[0], keep, keep_every, dry_run, progress);
+    if (c.name == "verify") {
+      std::shared_ptr<const ck::PolicyGuard> guard;
+      if (a.has("policy")) guard = ck::PolicyGuard::from_file(a.get("policy"));
+      return cmd_verify(a.positional, progress, guard.get(), a.get("key"));
+    }
+    if (!a.has("keep"))
+      throw cli::UsageError(saker::explain("saker-ckpt prune: --keep is missing", "prune must know how many to keep",
+                                           "pass --keep K (1 or more)"));
+    return cmd_prune(first, static_cast<std::uint32_t>(a.number("keep", 0, 1, UINT32_MAX)), a.number("keep-every", 0),
+                     a.has("dry-run"), progress);
+  } catch (const cli::UsageError&) {
+    throw;
+  } catch (const cli::Failure&) {
+    throw;
   } catch (const std::exception& e) {
-    std::cerr << "saker-ckpt " << command << ": " << e.what() << "\n";
-    return kFailed;
+    throw cli::Failure(kFailed, a.command + ": " + e.what());
   }
 }
+
+}  // namespace
+
+int main(int argc, char** argv) { return cli::main(tool(), argc, argv, run, std::cout, std::cerr); }

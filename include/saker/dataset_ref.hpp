@@ -26,6 +26,12 @@ inline constexpr std::size_t kMaxDatasetNameLength = 128;
 // typo'd list never passes silently.
 std::vector<DatasetRef> parse_dataset_list(std::string_view text);
 
+// Whether a recorded reference ("patients@v3", "patients") answers a query for `query`:
+// a query without a version matches every version; one with a version matches that
+// version and, setting *unpinned, a record that named no version (it may have been that
+// one). For the reverse questions (saker-policy lineage, saker-ckpt find).
+bool dataset_matches(const std::string& recorded, const DatasetRef& query, bool* unpinned);
+
 // Canonical text of a list: the input order, comma-separated.
 std::string format_dataset_list(const std::vector<DatasetRef>& refs);
 

@@ -39,11 +39,12 @@ policy=$build/policies/saker-policy/saker-policy
 sweep=$build/sweep/saker-sweep/saker-sweep
 stats=$build/telemetry/saker-stats/saker-stats
 topo=$build/plugins/affinity/saker-topo/saker-topo
+ckpt=$build/ckpt/saker-ckpt/saker-ckpt
 xml=$src/tests/data/topo-1s-4gpu.xml
 pfile=$src/tests/data/policy/two_zones.yaml
 
 # --- every tool: the top level -----------------------------------------------------------------
-for t in "$policy" "$sweep" "$topo"; do
+for t in "$policy" "$sweep" "$topo" "$ckpt"; do
   name=${t##*/}
   expect 0 "$name --help lists its commands" "Usage:" "$name COMMAND --help" -- "$t" --help
   expect 0 "$name --version names Saker" "$name (Saker)" -- "$t" --version
@@ -156,6 +157,31 @@ expect 3 "topo: a missing gres.conf" "saker: error: saker-topo check-gres: canno
 expect 3 "topo: a missing topology file" "saker: error: saker-topo: cannot read the topology file" "(fix: " -- \
   "$topo" show --topology "$tmp/nosuch.xml"
 expect 0 "topo: plan runs" "CUDA_VISIBLE_DEVICES" -- "$topo" plan --topology "$xml" --ntasks-per-node 2 --gpus 0-3
+
+# --- saker-ckpt (issue 31 §5, §6) -------------------------------------------------------------------
+usage_error "ckpt: 'list' is not a command, even with --help" "unknown command 'list'; did you mean 'ls'?" -- \
+  "$ckpt" list --help
+expect 3 "ckpt: show of a directory says so" "saker: error: saker-ckpt show: $tmp/adir is a directory" \
+  "saker-ckpt ls $tmp/adir lists its checkpoints" -- "$ckpt" show "$tmp/adir"
+expect 3 "ckpt: show of a missing file says so" "saker-ckpt show: $tmp/nosuch.h5 does not exist" "(fix: " -- \
+  "$ckpt" show "$tmp/nosuch.h5"
+out=$("$ckpt" show "$tmp/adir" 2>&1; "$ckpt" show "$tmp/nosuch.h5" 2>&1)
+if [[ $out != *damaged* ]]; then echo "ok - ckpt: neither calls the checkpoint damaged"; pass=$((pass + 1))
+else echo "not ok - ckpt: a missing file or a directory is called damaged"; fail=$((fail + 1)); fi
+printf 'not a checkpoint' >"$tmp/ckpt-000000000001.h5"
+expect 1 "ckpt: show of a file that is not a checkpoint is damage, exit 1" "saker: error: saker-ckpt show:" -- \
+  "$ckpt" show "$tmp/ckpt-000000000001.h5"
+usage_error "ckpt: prune without --keep" "saker-ckpt prune: --keep is missing" -- "$ckpt" prune "$tmp/adir"
+usage_error "ckpt: prune --keep 0" "--keep is '0': it must be a whole number from 1" -- "$ckpt" prune "$tmp/adir" --keep 0
+usage_error "ckpt: --pubkey without --verify" "--pubkey and --search go with --verify" -- \
+  "$ckpt" provenance "$tmp/x.h5" --pubkey k
+usage_error "ckpt: an option of another command" "unknown option --quick" "(an option of saker-ckpt ls)" -- \
+  "$ckpt" verify "$tmp/adir" --quick
+usage_error "ckpt: find without --dataset" "saker-ckpt find: --dataset is missing" -- "$ckpt" find "$tmp/adir"
+expect 0 "ckpt: find in a directory without checkpoints" "0 of 0 checkpoint(s) derived from patients@v3" -- \
+  "$ckpt" find --dataset patients@v3 "$tmp/adir"
+expect 3 "ckpt: find in a directory that is not there" "saker-ckpt find: $tmp/nosuch is not a directory" "(fix: " -- \
+  "$ckpt" find --dataset patients "$tmp/nosuch"
 
 echo "# $pass passed, $fail failed"
 [[ $fail -eq 0 ]]

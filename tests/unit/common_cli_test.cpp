@@ -75,6 +75,8 @@ TEST_CASE("cli: an unknown command exits 2 with a guess, also with --help after 
   CHECK(r.code == kUsage);
   CHECK(r.err.find("did you mean 'audit verify'?") != std::string::npos);
   CHECK(run({"frobnicate"}).err.find("did you mean") == std::string::npos);
+  CHECK(run({"info", "f"}).err.find("unknown command 'info'; did you mean 'show'?") != std::string::npos);
+  CHECK(run({"status", "f"}).err.find("did you mean") == std::string::npos);  // no 'status' here: no guess
   CHECK(run({"audit", "chekc", "x"}).err.find("unknown command 'audit chekc'") != std::string::npos);
   CHECK(run({"audit"}).err.find("saker-demo: 'audit' needs one more word") != std::string::npos);
 }
