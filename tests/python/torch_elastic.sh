@@ -46,6 +46,17 @@ assert_rc 0 "a scheduler, resumed" -- "$run" --local -n 1 --max-restarts 0 --ckp
   env SAKER_RESIZE_NOTICE="$tmp/unotice" $py "$unit" resume
 assert_contains "$IT_OUT" "resumed from commit 3 (" "the commit of step 3 is restored"
 assert_contains "$IT_OUT" "$plain" "the scheduler (epoch 5, lr 0.025) and the weights are the uninterrupted run's"
+# Without --ckpt-dir commits go to $TMPDIR/saker-elastic-UID/RUN_ID: one another user made
+# first (to read or plant commits) is refused, naming it.
+if id saker-mallory >/dev/null 2>&1 || useradd -M -s /usr/sbin/nologin saker-mallory 2>/dev/null; then
+  mkdir -m 1777 "$tmp/shared-tmp"
+  mkdir -m 0700 "$tmp/shared-tmp/saker-elastic-$(id -u)"
+  chown saker-mallory "$tmp/shared-tmp/saker-elastic-$(id -u)"
+  assert_rc 1 "a directory for node-local commits that another user made" -- env TMPDIR="$tmp/shared-tmp" \
+    "$run" --local -n 1 --max-restarts 0 -- $py "$unit" resume
+  assert_contains "$IT_OUT" "refusing $tmp/shared-tmp/saker-elastic-$(id -u) for the elastic state: owner uid $(id -u saker-mallory)" \
+    "is refused, naming it and its owner"
+fi
 
 assert_rc 0 "uninterrupted, 2 ranks" -- "$run" --local -n 2 --max-restarts 0 -- $py "$script"
 ref=$IT_OUT
