@@ -9,18 +9,19 @@ source "$(dirname "$0")/train_lib.sh"
 source "$(dirname "$0")/sweep_lib.sh"
 it_require_root
 it_cluster_up --nodes 3 --gpus-per-node 0 --cpus-per-node 4 --no-job-submit
+it_jobs_as_user
 sweep_setup
 options="slurm: {concurrency: 4, options: [-p, all, -n, '1']}"
 
 # The uninterrupted reference: 4 trials (the same trials as every 4-trial sweep of seed 42).
 write_sweep ref 4 "" "$options"
-assert_rc 0 "reference sweep submitted" -- "$SWEEP_BIN" submit ref.yaml
+assert_rc 0 "reference sweep submitted" -- sweep submit ref.yaml
 wait_array "$(array_of ref)" 90
 assert_eq 4 "$(grep -l '^state=completed' ref.sweep/trials/*/state | wc -l)" "the reference sweep completed"
 
 # The same trials, slowed down so faults land mid-run.
 write_sweep faults 4 "--step-sleep-ms 30" "$options"
-assert_rc 0 "fault sweep submitted" -- "$SWEEP_BIN" submit faults.yaml
+assert_rc 0 "fault sweep submitted" -- sweep submit faults.yaml
 array=$(array_of faults)
 dir=faults.sweep
 wait_for_line 60 "$dir/trials/1/metrics" "^step=75 "
@@ -62,19 +63,19 @@ done
 # saker-run takes the first scancel's SIGTERM for a preemption (emergency checkpoint,
 # requeue), so stopping a sweep takes a second scancel for the requeued, pending tasks.
 write_sweep cancel 4 "--step-sleep-ms 15" "slurm: {concurrency: 2, options: [-p, all, -n, '1']}"
-assert_rc 0 "sweep to cancel submitted" -- "$SWEEP_BIN" submit cancel.yaml
+assert_rc 0 "sweep to cancel submitted" -- sweep submit cancel.yaml
 first=$(array_of cancel)
 it_wait_for 60 "two trials of sweep cancel completed" \
   bash -c "(( \$(grep -l '^state=completed' cancel.sweep/trials/*/state 2>/dev/null | wc -l) >= 2 ))"
 wait_for_line 60 cancel.sweep/trials/2/metrics "^step=50 "
-assert_rc 4 "resubmitting while its array runs is refused (4)" -- "$SWEEP_BIN" submit cancel.yaml
+assert_rc 4 "resubmitting while its array runs is refused (4)" -- sweep submit cancel.yaml
 assert_contains "$IT_OUT" "job array $first still has tasks in Slurm" "... naming the array"
 assert_rc 0 "scancel the sweep's array" -- scancel "$first"
 it_wait_for 60 "no task of array $first runs" bash -c "[[ -z \$(squeue -h -r -j $first -t RUNNING,COMPLETING 2>/dev/null) ]]"
 scancel "$first" 2>/dev/null
 wait_array "$first" 60
 done_before=$(grep -l '^state=completed' cancel.sweep/trials/*/state | sed 's|.*/trials/\([0-9]*\)/state|\1|' | sort | tr '\n' ' ')
-assert_rc 0 "saker-sweep submit resumes the sweep" -- "$SWEEP_BIN" submit cancel.yaml
+assert_rc 0 "saker-sweep submit resumes the sweep" -- sweep submit cancel.yaml
 assert_not_contains "$IT_OUT" "4 of 4 trials" "only the unfinished trials are submitted"
 second=$(array_of cancel)
 wait_array "$second" 120

@@ -2,6 +2,9 @@
 # sweep files over saker-train with our programs, and waiting for a sweep's job array.
 
 SWEEP_BIN="$SAKER_BUILDDIR/sweep/saker-sweep/saker-sweep"
+# sweep ARGS...: saker-sweep as the test user once it_jobs_as_user ran (it submits with
+# sbatch and keeps NAME.sweep/ in the current directory, both the user's).
+sweep() { it_job "$SWEEP_BIN" "$@"; }
 
 # sweep_setup: the scratch directory (cwd) and the dataset every sweep trains on.
 sweep_setup() {
@@ -11,7 +14,7 @@ sweep_setup() {
   }
   it_tmpdir
   cd "$IT_TMP" || exit 1
-  "$SAKER_TRAIN_BIN" make-data --out train.h5 --samples 4096 --features 16 --classes 4 --seed 3 >/dev/null
+  it_job "$SAKER_TRAIN_BIN" make-data --out train.h5 --samples 4096 --features 16 --classes 4 --seed 3 >/dev/null
 }
 
 # write_sweep NAME SAMPLES "TRAIN ARGS" [YAML LINES...]: NAME.yaml, a random sweep of the
