@@ -21,6 +21,11 @@ chmod 0600 "$key"
 
 it_cluster_up --nodes 3 --gpus-per-node 0 --cpus-per-node 2 --policy "$policy" \
   --partitions "gpu-ae=saker[1-2];cpu-ae=saker[1-2];gpu-eu=saker3"
+it_jobs_as_user
+if ((IT_AS_USER)); then  # the jobs' key and storage are the user's
+  chown "$IT_USER:" "$key"
+  chmod 1777 "$site/lustre/ae" "$site/lustre/eu"
+fi
 # Locality routes patients@v3 jobs to nodes with the replica's feature.
 scontrol update NodeName='saker[1-2]' AvailableFeatures=lustre-ae ActiveFeatures=lustre-ae
 train_setup
