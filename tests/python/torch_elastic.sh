@@ -96,12 +96,14 @@ assert_contains "$out" "sampler ok: 2 epochs" "no sample repeated or skipped"
 assert_eq "$(hash_of "$ref" 0)" "$(hash_of "$out" 0)" "restored in process: the uninterrupted run's parameters, bitwise"
 
 # A resize notice after 12 batches (a multiple of 3: the rest divides evenly at 3 ranks).
-# Only rank 0 reads it: a rank that went on alone would wait for ever in its next
-# allreduce, so --timeout (generous) turns that into a failure instead of a hang.
+# Only rank 0 sees it (as when saker-run's run directory is local to rank 0's node): rank 1
+# must stop at the same commit all the same. A rank that went on alone would wait for ever
+# in its next allreduce, so --timeout (generous) turns that into a failure, not a hang.
 notice="$tmp/notice"
 assert_rc 75 "a resize notice: every rank stops with 75" -- env ELASTIC_NOTICE=12:3 \
   "$run" --local -n 2 --max-restarts 0 --timeout 300 --grace 5 --ckpt-dir "$tmp/grow" -- \
-  env SAKER_RESIZE_NOTICE="$notice" $py "$script"
+  bash -c 'export SAKER_RESIZE_NOTICE=$1; [[ $RANK == 0 ]] || SAKER_RESIZE_NOTICE=$1.elsewhere; exec "${@:2}"' \
+  _ "$notice" $py "$script"
 out=$IT_OUT
 assert_contains "$out" "saker-run asks for 3 ranks (resize notice): commit 12 persisted in $tmp/grow/elastic" \
   "the commit that saw the notice is persisted"

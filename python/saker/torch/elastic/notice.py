@@ -39,7 +39,7 @@ def install_signals():
 
 
 def requested_size():
-    """Rank 0: (whether $SAKER_RESIZE_NOTICE asks for a restart, the size it names or 0).
+    """(whether $SAKER_RESIZE_NOTICE asks for a restart, the size it names or 0).
 
     A notice naming this very size is no request. Only a regular file of this user counts:
     saker-run writes it into its private run directory, and a notice planted by anyone

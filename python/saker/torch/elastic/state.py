@@ -96,7 +96,9 @@ class State:
         self._check(after_commit=False)
 
     def _check(self, after_commit):
-        requested, want = notice.requested_size() if runtime.rank() == 0 else (False, 0)
+        # Every rank looks (saker-run's run directory may be node-local, on rank 0's node
+        # or not); the max over ranks stops them all if any one sees the notice.
+        requested, want = notice.requested_size()
         signalled, requested, want = notice.agree(notice._received is not None, requested, want)
         if requested:
             raise _Stop(f"saker-run asks for {want or 'another number of'} ranks (resize notice)", after_commit)
