@@ -23,7 +23,7 @@ kill_to_first=() saker_side=()
 for ((r = 1; r <= ROUNDS; r++)); do
   job=$(elastic_submit 4 --nodes 2:4)
   out="$IT_PREFIX/elastic-$job.out"
-  wait_for_line 90 "$out" "step 50/400" >/dev/null || { echo "round $r: the job did not reach step 50"; continue; }
+  wait_for_line 90 "$out" "step 50/600" >/dev/null || { echo "round $r: the job did not reach step 50"; continue; }
   t_kill=$(now)
   victim=$(elastic_kill_node "$job" 3)
   if ! wait_for_line 60 "$out" "recovery breakdown" >/dev/null; then

@@ -119,9 +119,11 @@ Placement grown(const Placement& current, const std::vector<std::string>& added,
   return out;
 }
 
-std::vector<std::string> placement_args(const Placement& placement) {
-  return {"-N", std::to_string(placement.nodes.size()), "-n", std::to_string(placement.ntasks()),
-          "--nodelist=" + hostlist::compress(placement.nodes)};
+std::vector<std::string> placement_args(const Placement& placement, bool overlap) {
+  std::vector<std::string> args = {"-N", std::to_string(placement.nodes.size()), "-n",
+                                   std::to_string(placement.ntasks()), "--nodelist=" + hostlist::compress(placement.nodes)};
+  if (overlap) args.emplace_back("--overlap");
+  return args;
 }
 
 int even_tasks_per_node(int ntasks, int nodes) {

@@ -68,8 +68,11 @@ std::vector<std::string> grow_candidates(const Placement& current, const std::ve
 Placement grown(const Placement& current, const std::vector<std::string>& added,
                 const std::vector<std::string>& allocation);
 
-// The srun arguments that place an attempt: -N COUNT -n NTASKS --nodelist=HOSTLIST.
-std::vector<std::string> placement_args(const Placement& placement);
+// The srun arguments that place an attempt: -N COUNT -n NTASKS --nodelist=HOSTLIST, and
+// --overlap with `overlap`: after a lost node, slurmctld (22.05) may keep the killed step's
+// record, waiting for the lost node's part forever and holding the survivors' CPUs, so a
+// new step would wait "Requested nodes are busy"; --overlap lets it share them.
+std::vector<std::string> placement_args(const Placement& placement, bool overlap = false);
 
 // Tasks per node of a job with `ntasks` tasks on `nodes` nodes (SLURM_NTASKS,
 // SLURM_JOB_NUM_NODES): 0 when they do not divide evenly (saker-run then cannot resize:

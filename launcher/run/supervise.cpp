@@ -1,6 +1,7 @@
 #include "launcher/run/supervise.hpp"
 
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -219,7 +220,7 @@ Attempt Supervisor::run_attempt(AttemptRun& run) {
   if (o_.master_port == 0) master_port.emplace();
   const Env env = attempt_env(run_dir, master_port ? master_port->port() : o_.master_port, attempt.number);
   const bool resized = in_slurm_ && placement_.nodes.size() != original_nodes_;
-  if (in_slurm_ && elastic_) step_->place(placement_args(placement_));
+  if (in_slurm_ && elastic_) step_->place(placement_args(placement_, !lost_ever_.empty()));
   const double started = wall_clock();
   std::printf("saker-run: attempt %d starting at %.3f (%s)\n", attempt.number, started,
               in_slurm_ ? ("job " + job_id_ + ", restart count " + restarts_by_slurm_ +
@@ -273,6 +274,7 @@ Attempt Supervisor::run_attempt(AttemptRun& run) {
     recovering_.reset();
   }
   attempt.seconds = run.ended - started;
+  reap_helpers();
   finish_attempt(run_dir, watch, attempt, run);
   return attempt;
 }
@@ -287,6 +289,24 @@ Decision Supervisor::decide_next(const Attempt& attempt, const AttemptRun& run) 
   last_plan_ = NodePlan{};
   if (in_slurm_ && failed) last_plan_ = plan_node_loss(o_.on_node_loss, range_, placement_, lost, policy_.can_requeue);
   return decide_attempt(policy_, attempt, restarts_, last_plan_);
+}
+
+// Releases the lost nodes from the job from a helper process, so that the next attempt
+// starts at once: 22.05's libslurm retries an update for 5 s while slurmctld answers
+// "the DB index is being set" (always, for a job resized before, without slurmdbd).
+void Supervisor::release_in_background(const std::vector<std::string>& kept) {
+  std::fflush(nullptr);
+  const pid_t helper = ::fork();
+  if (helper == 0) {
+    release_nodes(job_id_, kept, hostlist::compress(last_lost_));
+    std::fflush(nullptr);
+    std::_Exit(0);
+  }
+  if (helper < 0) {
+    release_nodes(job_id_, kept, hostlist::compress(last_lost_));
+    return;
+  }
+  helpers_.push_back(helper);
 }
 
 // Acts on `d`; an exit code when saker-run ends here.
@@ -312,9 +332,11 @@ std::optional<int> Supervisor::apply(const Decision& d, const Attempt& attempt) 
       const std::optional<JobView> job = load_job_view(job_id_);
       for (const auto& n : job ? job->nodes : last_plan_.placement.nodes)
         if (!contains(last_lost_, n)) kept.push_back(n);
-      release_nodes(job_id_, kept, hostlist::compress(last_lost_));
-      for (const auto& n : last_lost_)
+      release_in_background(kept);
+      for (const auto& n : last_lost_) {
         if (!contains(lost_home_, n)) lost_home_.push_back(n);
+        lost_ever_.push_back(n);
+      }
       placement_ = last_plan_.placement;
       pending_grow_.reset();  // a loss during a grow: the grow is looked at again from here
       return std::nullopt;
@@ -351,6 +373,15 @@ std::optional<int> Supervisor::apply(const Decision& d, const Attempt& attempt) 
       return kExitStepFailed;
   }
   return kExitStepFailed;
+}
+
+void Supervisor::reap_helpers() {
+  std::vector<pid_t> running;
+  for (const pid_t p : helpers_) {
+    int status = 0;
+    if (::waitpid(p, &status, WNOHANG) == 0) running.push_back(p);
+  }
+  helpers_ = std::move(running);
 }
 
 int Supervisor::run() {

@@ -11,6 +11,8 @@
 // class wires them to processes, signals and slurmctld.
 #pragma once
 
+#include <sys/types.h>
+
 #include <memory>
 #include <optional>
 #include <string>
@@ -47,6 +49,8 @@ class Supervisor {
   Env attempt_env(const RunDir& run_dir, int port, int number);
   std::optional<std::string> grow_sense(const RunDir& run_dir, double now);
   std::optional<int> elastic_setup();
+  void release_in_background(const std::vector<std::string>& kept);
+  void reap_helpers();
 
   const RunOptions& o_;
   std::string self_;
@@ -66,10 +70,12 @@ class Supervisor {
   NodeRange range_;
   Placement placement_;
   std::vector<std::string> lost_home_;   // nodes lost from the run, candidates to come back
+  std::vector<std::string> lost_ever_;   // every node lost (the next attempts use srun --overlap)
   std::optional<Placement> pending_grow_;  // where the next attempt runs after a grow
   std::vector<std::string> last_lost_;     // the nodes the last attempt lost
   NodePlan last_plan_;                     // what they lead to
   std::unique_ptr<Expander> expander_;
+  std::vector<pid_t> helpers_;  // processes releasing lost nodes
   // The recovery breakdown of the next attempt (set when an attempt ends in a recovery).
   std::optional<RecoveryMarks> recovering_;
 };

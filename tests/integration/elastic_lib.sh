@@ -3,8 +3,9 @@
 # train_lib.sh: a 4-node cluster that allows job expansion, an elastic saker-train job,
 # losing a node and bringing it back.
 
-# Steps long enough for a loss, a shrink and a grow to land mid-run; a checkpoint every 25.
-ELASTIC_MODEL_ARGS="--steps 400 --layers 32,32 --batch 64 --ckpt-every 25 --log-every 25 --seed 7"
+# Steps long enough for two losses, two shrinks and a grow to land mid-run (~40 s); a
+# checkpoint every 25.
+ELASTIC_MODEL_ARGS="--steps 600 --layers 32,32 --batch 64 --ckpt-every 25 --log-every 25 --seed 7"
 ELASTIC_STEP_SLEEP_MS=${ELASTIC_STEP_SLEEP_MS:-60}
 
 # elastic_cluster_up: 4 CPU nodes; permit_job_expansion is what lets a node that answers
@@ -31,7 +32,10 @@ elastic_submit() {
   local ckpt
   ckpt=$(mktemp -d "$IT_PREFIX/ckpt-XXXXXX")
   rmdir "$ckpt"
-  sbatch --parsable -p all -N "$nodes" --ntasks-per-node=1 --requeue --open-mode=append -D "$IT_PREFIX" \
+  # --no-kill: if saker-run cannot release a lost node (22.05 without slurmdbd refuses a
+  # second update of a job resized before), slurmctld's DOWN verdict removes the node from
+  # the job instead of requeueing it.
+  sbatch --parsable -p all -N "$nodes" --ntasks-per-node=1 --requeue --no-kill --open-mode=append -D "$IT_PREFIX" \
     -o "$IT_PREFIX/elastic-%j.out" \
     --wrap "$SAKER_RUN_BIN $* --grace 20 --ckpt-dir $ckpt -- $SAKER_TRAIN_BIN --data $TRAIN_DATA \
 $ELASTIC_MODEL_ARGS $(elastic_logical_args) --step-sleep-ms $ELASTIC_STEP_SLEEP_MS"

@@ -68,6 +68,7 @@ TEST_CASE("a lost node shrinks the run onto the survivors while MIN remain") {
   CHECK(p.reason.find("3 of 4 nodes (6 ranks)") != std::string::npos);
   CHECK(placement_args(p.placement) ==
         std::vector<std::string>{"-N", "3", "-n", "6", "--nodelist=saker[1,3-4]"});
+  CHECK(placement_args(p.placement, true).back() == "--overlap");
 }
 
 TEST_CASE("below MIN the job is requeued, or waits when it cannot be") {
