@@ -12,6 +12,7 @@
 #  - SIGTERM: exit 75 with a committed state; the run resumes at the same size to the
 #    uninterrupted hash, and at another size (3 -> 2) without repeating or skipping samples;
 #  - a resize notice planted by another user, or naming the current size, is ignored;
+#  - a DDP script preempted at 2 ranks resumes at 3 from its checkpoint;
 #  - on one rank (tests/python/elastic_unit_check.py): names of the persisted datasets, the
 #    notice's rules, restore() of attributes, an LR scheduler committed and resumed.
 source "$(dirname "$0")/../integration/lib.sh"
@@ -154,4 +155,14 @@ assert_rc 75 "SIGTERM at 3 ranks" -- env ELASTIC_SIGTERM=5 \
 assert_rc 0 "resumed at 2 ranks" -- "$run" --local -n 2 --max-restarts 0 --ckpt-dir "$tmp/shrink" -- $py "$script"
 assert_contains "$IT_OUT" "now 2)" "3 ranks' commit resumed by 2"
 assert_contains "$IT_OUT" "sampler ok: 2 epochs, each of 48 samples taken once" "3 then 2 ranks: no sample repeated or skipped"
+# A torch.distributed script (DDP over the saker backend, saker.torch.checkpoint) gets
+# torchrun's kind of restart: preempted at 2 ranks, run again at 3, it reads WORLD_SIZE=3
+# from saker-run's environment and resumes from the checkpoint the 2 ranks wrote.
+ex="$SAKER_SRCDIR/examples/torch"
+assert_rc 75 "DDP: preempted at 2 ranks" -- env SAKER_EXAMPLE_PREEMPT=7 \
+  "$run" --local -n 2 --ckpt-dir "$tmp/ddp" -- $py "$ex/train_ddp.py" --steps 12
+assert_rc 0 "DDP: run again at 3 ranks" -- "$run" --local -n 3 --ckpt-dir "$tmp/ddp" -- $py "$ex/train_ddp.py" --steps 12
+assert_contains "$IT_OUT" "resharded from world size 2" "the 3 ranks load the 2 ranks' checkpoint"
+assert_contains "$IT_OUT" "resumed from step 8" "from the emergency checkpoint"
+same_on_ranks "$IT_OUT" 3 && it_pass "the 3 ranks (WORLD_SIZE=3) end alike" || it_fail "ranks differ: $IT_OUT"
 it_finish
