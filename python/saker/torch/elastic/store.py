@@ -113,11 +113,8 @@ class _Store:
         this one reuses, e.g. a recycled PID) left behind: drop those."""
         restarted = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0" or \
             os.environ.get("SLURM_RESTART_COUNT", "0") != "0"
-        if self.shared or restarted or not os.path.isdir(self.directory):
-            return
-        for name in os.listdir(self.directory):
-            if name.startswith("ckpt-") and name.endswith(".h5"):
-                os.unlink(os.path.join(self.directory, name))
+        if not self.shared and not restarted:
+            shutil.rmtree(self.directory, ignore_errors=True)  # this run id's own private directory
 
     def discard(self):
         """After func returned: a node-local directory's commits serve no restart any more."""
