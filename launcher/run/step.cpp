@@ -125,6 +125,7 @@ class SrunStep final : public Step {
     join_relay();
     status_ = 0;
     failure_seen_ = false;
+    failure_at_ = 0;
     first_failure_ = TaskFailure{};
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) != 0) {
@@ -141,6 +142,7 @@ class SrunStep final : public Step {
     relay_ = std::thread([this, fd = fds[0]] { relay(fd); });
   }
   bool task_failure_seen() const override { return failure_seen_.load(); }
+  double task_failure_at() const override { return failure_at_.load(); }
   // srun relays SIGUSR1 and SIGUSR2 to every task of the step, but takes SIGTERM as
   // "cancel the step" (it SIGKILLs the tasks at once: no grace) and SIGINT as "print
   // status". Those two reach the tasks through slurmctld instead, as `scancel -s SIG JOBID`
@@ -206,7 +208,10 @@ class SrunStep final : public Step {
           if (line.size() < 4096) line.push_back(buf[i]);
           continue;
         }
-        if (!failure_seen_.load() && is_srun_task_failure_line(line)) failure_seen_ = true;
+        if (!failure_seen_.load() && is_srun_task_failure_line(line)) {
+          failure_at_ = wall_clock();
+          failure_seen_ = true;
+        }
         if (first_failure_.detail.empty()) first_failure_ = parse_srun_task_failure(line);
         line.clear();
       }
@@ -225,6 +230,7 @@ class SrunStep final : public Step {
   int status_ = 0;
   std::thread relay_;
   std::atomic<bool> failure_seen_{false};
+  std::atomic<double> failure_at_{0};
   TaskFailure first_failure_;  // written by the relay thread, read after it is joined
 };
 

@@ -40,6 +40,9 @@ class Step {
   // True once srun reported a failed task or a node failure during this attempt (while
   // srun itself may still wait for a task on a node that no longer answers).
   virtual bool task_failure_seen() const { return false; }
+  // When srun's first task-failure line arrived (wall clock; 0: none), for the recovery
+  // breakdown's "detect".
+  virtual double task_failure_at() const { return 0; }
   // srun arguments that place the next attempts (an elastic run's nodes and task count,
   // elastic.hpp placement_args); ignored by a local step.
   virtual void place(std::vector<std::string> /*srun_args*/) {}

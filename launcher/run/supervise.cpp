@@ -200,7 +200,8 @@ void Supervisor::finish_attempt(const RunDir& run_dir, const AttemptWatch& watch
   run.lost = watch.lost();
   run.grow_requested = watch.grow_requested();
   run.grow_terminated = watch.grow_terminated();
-  run.failure_seen = watch.first_failure_at();
+  // srun's failure line as the relay read it, else the tick that first saw it.
+  run.failure_seen = step_->task_failure_at() > 0 ? step_->task_failure_at() : watch.first_failure_at();
   run.verdict = watch.lost_found_at();
   const AttemptEnd end{r.all_ok, r.all_preempted, r.detail, run.preempt_signal, marker_seen, run.stopped_why,
                        run.grow_requested, run.grow_terminated};
