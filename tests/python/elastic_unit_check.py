@@ -65,6 +65,7 @@ def pieces():
     state.history.append(3)
     state.restore()
     check(state.history == [1, 2], f"restore() gives the committed list, got {state.history}")
+    state._store.flush()  # the write runs in the background
     check(sorted(os.listdir(os.path.join(d, "commits")))[0].startswith("ckpt-"), "the commit persisted")
     shutil.rmtree(d)
     print("elastic unit ok: pieces", flush=True)

@@ -71,6 +71,8 @@ def _stop(state, why):
         state.save()
         state._persist()
     store = state._store
+    if store is not None:
+        store.flush()  # the commit is on disk before saker-run is told it is
     if runtime.rank() == 0:
         where = f"commit {store.step} persisted in {store.directory}" if store and store.directory else \
             "nothing persisted (no directory for commits: give saker-run --ckpt-dir)"
@@ -124,7 +126,7 @@ def run(func):
                 try:
                     result = func(state, *args, **kwargs)
                     if state._store is not None:
-                        state._store.discard()
+                        state._store.discard()  # waits for the last write; node-local ones removed
                     return result
                 except HorovodInternalError as e:
                     _say(f"{e}: restoring the last commit and synchronizing again")

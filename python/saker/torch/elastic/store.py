@@ -9,6 +9,7 @@ import pickle
 import re
 import shutil
 import stat
+import threading
 
 import torch
 
@@ -93,12 +94,18 @@ def _directory():
 
 
 class _Store:
-    """Rank 0's persisted commits: saker._ckpt over one directory, keep the newest two."""
+    """Rank 0's persisted commits: saker._ckpt over one directory, keep the newest two.
+
+    A commit is copied into host memory at once and written in the background while
+    training goes on (at most one write in flight: the next commit waits for it), so a
+    commit costs about what Horovod's in-memory one does; a restart resumes from the
+    newest commit whose write completed."""
 
     def __init__(self):
         self.directory, self.shared = _directory()
         self.step = 0
         self._ck = None
+        self._pending = None  # the handle of the write in flight
 
     def _checkpointer(self):
         if self._ck is None:
@@ -116,13 +123,20 @@ class _Store:
         if not self.shared and not restarted:
             shutil.rmtree(self.directory, ignore_errors=True)  # this run id's own private directory
 
+    def flush(self):
+        """Wait for the write in flight (before the process stops); raises its error."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            writer, outcome, _ = pending
+            writer.join()
+            if "error" in outcome:
+                raise outcome["error"]
+
     def discard(self):
         """After func returned: a node-local directory's commits serve no restart any more."""
-        if self.shared or self.directory is None or not os.path.isdir(self.directory):
-            return
-        if self._ck is not None:
-            self._ck.wait()
-        shutil.rmtree(self.directory, ignore_errors=True)
+        self.flush()
+        if not self.shared and self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
 
     def save(self, snapshot, world):
         tensors = {}
@@ -132,7 +146,20 @@ class _Store:
         self.step += 1
         args = [(n, checkpoint._DTYPES[t.dtype], list(t.shape), t.data_ptr(), t.numel() * t.element_size(), False)
                 for n, t in tensors.items()]
-        self._checkpointer().save(self.step, 0, config, args)
+        self.flush()  # the previous commit's write error surfaces here, not at a restart
+        ck, step, outcome = self._checkpointer(), self.step, {}
+
+        def write():  # the library's save releases the GIL while it writes
+            try:
+                ck.save(step, 0, config, args)
+            except BaseException as e:  # handed to flush(), in the training thread
+                outcome["error"] = e
+
+        # The tensors are the commit's own copies (nothing changes them), kept alive here
+        # until written. Not a daemon: a process that ends meanwhile still lands the commit.
+        writer = threading.Thread(target=write, name="saker-elastic-commit")
+        writer.start()
+        self._pending = (writer, outcome, tensors)
         checkpoint._note_for_saker_run(self.directory)
 
     def load(self):
