@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <ostream>
 
@@ -24,10 +25,40 @@ std::size_t distance(const std::string& a, const std::string& b) {
   return d[a.size()][b.size()];
 }
 
+std::string shortest(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
 std::string pad(std::string head, std::size_t width) {
   if (head.size() < width) head.resize(width, ' ');
   else head += "\n" + std::string(width, ' ');
   return head;
+}
+
+// `text` in lines of at most `width` columns, each continuation indented by `indent`.
+std::string wrap(const std::string& text, std::size_t width, std::size_t indent) {
+  std::string out, line;
+  std::size_t from = 0;
+  while (from < text.size()) {
+    std::size_t space = text.find(' ', from);
+    if (space == std::string::npos) space = text.size();
+    const std::string word = text.substr(from, space - from);
+    if (!line.empty() && indent + line.size() + 1 + word.size() > width) {
+      out += line + "\n" + std::string(indent, ' ');
+      line.clear();
+    }
+    line += (line.empty() ? "" : " ") + word;
+    from = space + 1;
+  }
+  return out + line;
+}
+
+// The command's one-line summary for the command list: its first sentence.
+std::string first_sentence(const std::string& what) {
+  const std::size_t stop = what.find(". ");
+  return stop == std::string::npos ? what : what.substr(0, stop);
 }
 
 std::string full_name(const Tool& tool, const Command& c) { return c.name.empty() ? tool.name : tool.name + " " + c.name; }
@@ -39,6 +70,7 @@ std::string option_text(const Option& o) { return "--" + o.name + (o.value.empty
 
 std::string known_options(const Tool& tool, const Command& c) {
   if (c.options.empty()) return full_name(tool, c) + " takes no options";
+  if (c.options.size() > 8) return "see " + full_name(tool, c) + " --help for its " + std::to_string(c.options.size()) + " options";
   std::string s = full_name(tool, c) + " takes";
   for (const Option& o : c.options) s += " " + option_text(o) + ",";
   s.back() = ';';
@@ -109,6 +141,19 @@ std::string Args::get(const std::string& name, const std::string& fallback) cons
   return has(name) ? values.at(name).back() : fallback;
 }
 
+double Args::real(const std::string& name, double fallback, double min, double max) const {
+  if (!has(name)) return fallback;
+  const std::string text = get(name);
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || end == nullptr || *end != '\0' || errno != 0 || !(v >= min && v <= max))
+    throw UsageError(explain(command + ": --" + name + " is '" + text + "'",
+                             "it must be a number from " + shortest(min) + " to " + shortest(max),
+                             "pass --" + name + " X"));
+  return v;
+}
+
 std::string Args::required(const std::string& name) const {
   if (!has(name)) throw UsageError(explain(command + ": --" + name + " is missing", "this command needs it", "see " + command + " --help"));
   return get(name);
@@ -151,7 +196,8 @@ std::string closest(const std::string& typed, const std::vector<std::string>& ca
 std::string usage(const Tool& tool) {
   if (single(tool)) return tool.name + ": " + tool.what + "\n\n" + usage(tool, tool.commands[0]) + (tool.footer.empty() ? "" : "\n" + tool.footer);
   std::string s = tool.name + ": " + tool.what + "\n\nUsage:\n";
-  for (const Command& c : tool.commands) s += pad("  " + full_name(tool, c) + " " + c.synopsis, 44) + " " + c.what + "\n";
+  for (const Command& c : tool.commands)
+    s += pad("  " + full_name(tool, c) + " " + c.synopsis, 44) + " " + wrap(first_sentence(c.what), 110, 45) + "\n";
   s += pad("  " + tool.name + " COMMAND --help", 44) + " one command's options\n";
   s += "  " + tool.name + " --help | --version\n";
   if (!tool.footer.empty()) s += "\n" + tool.footer;
@@ -159,9 +205,9 @@ std::string usage(const Tool& tool) {
 }
 
 std::string usage(const Tool& tool, const Command& c) {
-  std::string s = "Usage: " + full_name(tool, c) + " " + c.synopsis + "\n  " + c.what + "\n";
+  std::string s = "Usage: " + full_name(tool, c) + " " + c.synopsis + "\n  " + wrap(c.what, 100, 2) + "\n";
   if (!c.options.empty()) s += "Options:\n";
-  for (const Option& o : c.options) s += pad("  " + option_text(o), 30) + " " + o.help + "\n";
+  for (const Option& o : c.options) s += pad("  " + option_text(o), 30) + " " + wrap(o.help, 110, 31) + "\n";
   return s;
 }
 

@@ -80,6 +80,8 @@ struct Args {
   bool has(const std::string& name) const { return values.count(name) != 0; }
   // The option's value, or `fallback` when it was not given.
   std::string get(const std::string& name, const std::string& fallback = "") const;
+  // A number (decimal or exponent form) in [min, max]; a UsageError naming the option otherwise.
+  double real(const std::string& name, double fallback, double min, double max) const;
   // The value of an option the command cannot do without; a UsageError naming it otherwise.
   std::string required(const std::string& name) const;
   const std::vector<std::string>& all(const std::string& name) const;

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "common/cli.hpp"
 #include "common/error.hpp"
 #include "launcher/run/rank_env.hpp"
 
@@ -98,11 +99,25 @@ RunOptions parse_run_options(int argc, const char* const* argv, std::string* hel
   // never saker-run's options, as with srun and torchrun.
   const int split = program_start(argc, argv, all);
   po::variables_map vm;
+  // No guessing: Boost took "--max-restart 2" for --max-restarts and then said its value
+  // was missing. An unknown option is named with the one probably meant (saker(7)).
+  const int style = po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
   try {
-    po::store(po::command_line_parser(split, argv).options(all).positional(positional).run(), vm);
+    po::store(po::command_line_parser(split, argv).options(all).positional(positional).style(style).run(), vm);
     po::notify(vm);
+  } catch (const po::unknown_option& e) {
+    std::vector<std::string> names;
+    for (const auto& d : visible.options()) names.push_back(d->long_name());
+    const std::string typed = e.get_option_name();
+    const std::string bare = typed.substr(typed.find_first_not_of('-'));
+    const std::string guess = cli::closest(bare.substr(0, bare.find('=')), names);
+    throw Error(explain("unknown option " + typed +
+                            (guess.empty() ? ""
+                                           : (guess.rfind(bare, 0) == 0 ? " (options are never abbreviated)" : "") +
+                                                 std::string("; did you mean --") + guess + "?"),
+                        "", "see saker-run --help"));
   } catch (const po::error& e) {
-    throw Error(explain("bad command line", e.what(), "run saker-run --help"));
+    throw Error(explain("bad command line", e.what(), "see saker-run --help"));
   }
   for (int i = split < argc && std::strcmp(argv[split], "--") == 0 ? split + 1 : split; i < argc; ++i) {
     o.program.emplace_back(argv[i]);
@@ -134,7 +149,7 @@ RunOptions parse_run_options(int argc, const char* const* argv, std::string* hel
   if (o.program.empty()) {
     throw Error(explain("no program to run", "nothing follows the options", "write saker-run [OPTIONS] -- PROGRAM ARGS"));
   }
-  if (o.ntasks < 1) throw Error(explain("--ntasks " + std::to_string(o.ntasks), "it must be at least 1", "pass -n 2 or more"));
+  if (o.ntasks < 1) throw Error(explain("--ntasks " + std::to_string(o.ntasks), "it must be at least 1", "pass -n 1 or more"));
   if (o.nodes.given() && o.local) {
     throw Error(explain("--nodes with --local", "a local run has one node", "leave out --nodes, or run inside sbatch/salloc"));
   }

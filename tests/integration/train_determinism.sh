@@ -50,7 +50,9 @@ assert_contains "$(cat "$IT_TMP/r1.out")" "emergency checkpoint of step" "after 
 
 # On 3 ranks (L stays 4, from the checkpoint), saker-run's resize notice past step 125.
 notice=$IT_TMP/resize-notice
-SAKER_RESIZE_NOTICE=$notice "$SAKER_RUN_BIN" --local -n 3 --ckpt-dir "$ck" -- "$SAKER_TRAIN_BIN" "${args[@]}" \
+# saker-run exports its own notice path (in its private run directory) to the ranks; the
+# test stands in for saker-run's grow by giving the ranks one it can write.
+"$SAKER_RUN_BIN" --local -n 3 --ckpt-dir "$ck" -- env SAKER_RESIZE_NOTICE="$notice" "$SAKER_TRAIN_BIN" "${args[@]}" \
   --step-sleep-ms 40 >"$IT_TMP/r2.out" 2>&1 &
 pid=$!
 wait_for_line 120 "$IT_TMP/r2.out" "step 125/200"

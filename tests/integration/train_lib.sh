@@ -90,7 +90,7 @@ recovery_seconds() {
   local out=$1 t_fail=$2 t_pending=${3:-} t_first t_start hold=0
   t_first=$(sed -n 's/^saker-train: first step after resume: step [0-9]* at \([0-9.]*\)$/\1/p' "$out" | tail -n 1)
   if [[ -n $t_pending ]]; then
-    t_start=$(sed -n 's/^saker-run: attempt 1 starting at \([0-9.]*\) .*restart count [1-9].*/\1/p' "$out" | tail -n 1)
+    t_start=$(sed -n 's/^saker-run: attempt 1 starting at .* (t=\([0-9.]*\), .*restart count [1-9].*/\1/p' "$out" | tail -n 1)
     hold=$(awk -v a="$t_start" -v b="$t_pending" 'BEGIN { print a - b }')
   fi
   [[ -n $t_first ]] || { echo "n/a"; return; }

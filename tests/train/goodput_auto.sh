@@ -88,9 +88,9 @@ assert_eq 600 "$(stat -c %a "$W/c3/goodput-history")" "the history stays 0600 af
 assert_rc 2 "--ckpt-every sometimes is a usage error" -- "$TRAIN" --data "$W/data.h5" --ckpt-every sometimes
 assert_contains "$IT_OUT" "--ckpt-every 'sometimes' is not a number of steps nor 'auto'" "naming the value"
 assert_rc 2 "--mtbf without --ckpt-every auto is a usage error" -- "$TRAIN" --data "$W/data.h5" --mtbf 100
-assert_contains "$IT_OUT" "--mtbf is for --ckpt-every auto" "saying what it is for"
+assert_contains "$IT_OUT" "--mtbf is given without --ckpt-every auto" "saying what it is for"
 assert_rc 2 "--mtbf -5 is a usage error" -- "$TRAIN" --data "$W/data.h5" --ckpt-every auto --mtbf -5
-assert_contains "$IT_OUT" "--mtbf takes seconds > 0" "saying what it takes"
+assert_contains "$IT_OUT" "--mtbf is '-5': it must be a number from 0.001" "saying what it takes"
 assert_rc 0 "--ckpt-every auto without a checkpoint directory trains" -- env -u SAKER_CKPT_DIR "$TRAIN" --data "$W/data.h5" --steps 20 --ckpt-every auto
 assert_contains "$IT_OUT" "--ckpt-every auto has no checkpoints to schedule: there is no --ckpt-dir" "and says that nothing is checkpointed"
 assert_rc 0 "--help documents --ckpt-every auto and --mtbf" -- "$TRAIN" --help

@@ -117,3 +117,11 @@ TEST_CASE("--own-checkpoints and SAKER_RUN_OWN_CHECKPOINTS say the program keeps
   CHECK_FALSE(parse({"--local", "train"}).own_checkpoints);
   ::unsetenv(kOwnCheckpointsEnv);
 }
+
+TEST_CASE("options: an abbreviated or mistyped option is named with the one meant, never guessed (issue 31)") {
+  CHECK_THROWS_WITH(parse({"--local", "-n", "1", "--max-restart", "2", "--", "x"}),
+                    Catch::Contains("unknown option --max-restart (options are never abbreviated); did you mean "
+                                    "--max-restarts?"));
+  CHECK_THROWS_WITH(parse({"--loacl", "-n", "1", "--", "x"}), Catch::Contains("unknown option --loacl; did you mean --local?"));
+  CHECK_THROWS_WITH(parse({"--local", "-n", "0", "--", "x"}), Catch::Contains("pass -n 1 or more"));
+}
