@@ -40,6 +40,8 @@ sweep=$build/sweep/saker-sweep/saker-sweep
 stats=$build/telemetry/saker-stats/saker-stats
 topo=$build/plugins/affinity/saker-topo/saker-topo
 ckpt=$build/ckpt/saker-ckpt/saker-ckpt
+train=$build/launcher/saker-train/saker-train
+run=$build/launcher/saker-run/saker-run
 xml=$src/tests/data/topo-1s-4gpu.xml
 pfile=$src/tests/data/policy/two_zones.yaml
 
@@ -182,6 +184,22 @@ expect 0 "ckpt: find in a directory without checkpoints" "0 of 0 checkpoint(s) d
   "$ckpt" find --dataset patients@v3 "$tmp/adir"
 expect 3 "ckpt: find in a directory that is not there" "saker-ckpt find: $tmp/nosuch is not a directory" "(fix: " -- \
   "$ckpt" find --dataset patients "$tmp/nosuch"
+
+# --- saker-train and saker-run (issue 31 §6) ---------------------------------------------------------
+usage_error "train: a typo in an option" "unknown option --dat (options are never abbreviated); did you mean --data?" -- \
+  "$train" --dat x.h5
+usage_error "train: a typo in the command" "unknown command 'make-dta'; did you mean 'make-data'?" -- "$train" make-dta
+usage_error "train: --batch 0" "--batch is '0': it must be a whole number from 1" -- "$train" --data x.h5 --batch 0
+usage_error "train: make-data without --out" "saker-train make-data: --out is missing" -- "$train" make-data
+expect 3 "train: a missing data file is exit 3, named" "saker: error: saker-train: cannot use the data file $tmp/nosuch.h5" \
+  "(fix: " -- "$train" --data "$tmp/nosuch.h5"
+expect 0 "train: --help lists the commands and train's options" "saker-train make-data --out FILE" "--logical-ranks L" -- \
+  "$train" --help
+usage_error "run: --max-restart is named, not guessed" \
+  "unknown option --max-restart (options are never abbreviated); did you mean --max-restarts?" -- \
+  "$run" --local -n 1 --max-restart 2 -- true
+usage_error "run: -n 0 says what is valid" "pass -n 1 or more" -- "$run" --local -n 0 -- true
+usage_error "run: --loacl suggests --local" "did you mean --local?" -- "$run" --loacl -n 1 -- true
 
 echo "# $pass passed, $fail failed"
 [[ $fail -eq 0 ]]
