@@ -3,8 +3,8 @@
 # signs each step's attestation with the site's Ed25519 key in slurmstepd; the task reads it
 # (SAKER_ATTESTATION) but cannot write, replace or forge it; every checkpoint libsaker_ckpt
 # writes carries it; saker-ckpt provenance prints the in-toto/SLSA statement and --verify
-# checks the chain against the public key. The job's user (saker-alice) and a second user
-# (saker-mallory) attack it.
+# checks the chain against the public key. The job's user (lib.sh's ordinary test user, here
+# "alice") and a second user (saker-mallory) attack it.
 source "$(dirname "$0")/lib.sh"
 it_require_root
 it_tmpdir
@@ -13,7 +13,8 @@ CKPT=$SAKER_BUILDDIR/ckpt/saker-ckpt/saker-ckpt
 for f in "$WRITER" "$CKPT"; do
   [[ -x $f ]] || { echo "SKIP: $IT_NAME needs $f (make tests/integration/ckpt_writer ckpt/saker-ckpt/saker-ckpt)" >&2; exit 77; }
 done
-ALICE=saker-alice MALLORY=saker-mallory
+# The jobs run as lib.sh's test user (it_jobs_as_user): saker-alice is the attack suite's.
+ALICE=$IT_USER MALLORY=saker-mallory
 for u in $ALICE $MALLORY; do
   id -u "$u" >/dev/null 2>&1 || useradd -M -s /usr/sbin/nologin "$u" || { echo "SKIP: cannot create $u" >&2; exit 77; }
 done
