@@ -52,7 +52,7 @@ inline int requeue(std::uint32_t job_id, std::uint32_t flags) { return slurm_req
 inline int kill_job(std::uint32_t job_id, std::uint16_t signal, std::uint16_t flags) {
   return slurm_kill_job(step_id_of(job_id), signal, flags);
 }
-// The job id of a job_desc_msg_t or slurm_job_info_t.
+// The job id of a job_desc_msg_t, slurm_job_info_t or resource_allocation_response_msg_t.
 template <class Record>
 auto& job_id_field(Record& r) {
   return r.step_id.job_id;

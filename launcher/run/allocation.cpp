@@ -107,8 +107,8 @@ bool Expander::bring_back(const std::string& node, const JobView& job, double no
       }
       return false;
     }
-    it = helpers_.emplace(node, Helper{resp->job_id, now}).first;
-    say("node " + node + " answers again: asked slurmctld for it (allocation " + std::to_string(resp->job_id) +
+    it = helpers_.emplace(node, Helper{slurm_compat::job_id_field(*resp), now}).first;
+    say("node " + node + " answers again: asked slurmctld for it (allocation " + std::to_string(slurm_compat::job_id_field(*resp)) +
         ", --dependency=expand:" + job_id_ + ")");
     slurm_free_resource_allocation_response_msg(resp);
   }
