@@ -16,6 +16,7 @@
 #include "ckpt/partition.hpp"
 #include "ckpt/stream_write.hpp"
 #include "common/error.hpp"
+#include "common/utc_time.hpp"
 #include "common/hash.hpp"
 
 namespace saker::ckpt::format {
@@ -75,12 +76,7 @@ void set_root_attrs(hid_t root, const FileMeta& meta, std::uint32_t rank) {
   h5::set_attr(root, "world_size", std::uint64_t{meta.world_size});
   h5::set_attr(root, "rank", std::uint64_t{rank});
   h5::set_attr(root, "created_unix", meta.created_unix);
-  char iso[32];
-  const std::time_t t = static_cast<std::time_t>(meta.created_unix);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  std::strftime(iso, sizeof iso, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  h5::set_attr(root, "created", std::string(iso));
+  h5::set_attr(root, "created", utc_iso(meta.created_unix));
   h5::set_attr(root, "saker_version", meta.saker_version);
   h5::set_attr(root, "config", meta.config);
   h5::set_attr(root, "lineage", format_lineage(meta.lineage));

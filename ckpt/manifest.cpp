@@ -39,46 +39,6 @@ constexpr std::size_t kPiece = std::size_t{1} << 20;
   throw Error(explain(where, why, "this checkpoint is damaged; load an older one (saker-ckpt verify lists the intact ones)"));
 }
 
-// ---------------------------------------------------------------- text encoding
-
-std::string escape(const std::string& s) {
-  if (s.empty()) return "%";  // an empty field must still be one token
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : s) {
-    if (c > 0x20 && c < 0x7f && c != '%') {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    }
-  }
-  return out;
-}
-
-int hexval(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  return -1;
-}
-
-std::string unescape(const std::string& s, const std::string& where) {
-  if (s == "%") return {};
-  std::string out;
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] != '%') {
-      out += s[i];
-      continue;
-    }
-    if (i + 2 >= s.size()) damaged(where, "bad escape in the manifest");
-    const int hi = hexval(s[i + 1]), lo = hexval(s[i + 2]);
-    if (hi < 0 || lo < 0) damaged(where, "bad escape in the manifest");
-    out += static_cast<char>(hi * 16 + lo);
-    i += 2;
-  }
-  return out;
-}
 
 std::string join(const std::vector<std::uint64_t>& v) {
   if (v.empty()) return "-";
@@ -226,6 +186,47 @@ std::string meta_hash(int fd, const Manifest& m, const std::string& where) {
 std::string manifest_aad(const std::string& text) { return "saker-ckpt/2/manifest\n" + text; }
 
 }  // namespace
+
+// ---------------------------------------------------------------- text encoding
+
+std::string escape(const std::string& s) {
+  if (s.empty()) return "%";  // an empty field must still be one token
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : s) {
+    if (c > 0x20 && c < 0x7f && c != '%') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
+
+int hexval(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;
+}
+
+std::string unescape(const std::string& s, const std::string& where) {
+  if (s == "%") return {};
+  std::string out;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '%') {
+      out += s[i];
+      continue;
+    }
+    if (i + 2 >= s.size()) damaged(where, "bad escape in the manifest");
+    const int hi = hexval(s[i + 1]), lo = hexval(s[i + 2]);
+    if (hi < 0 || lo < 0) damaged(where, "bad escape in the manifest");
+    out += static_cast<char>(hi * 16 + lo);
+    i += 2;
+  }
+  return out;
+}
 
 // ---------------------------------------------------------------- encoding
 

@@ -35,6 +35,11 @@
 
 namespace saker::ckpt::manifest {
 
+// The manifest's text encoding: a string as one space-free token (percent-escapes, "%" for
+// the empty string), and back. unescape throws saker::Error naming `where` (damaged).
+std::string escape(const std::string& s);
+std::string unescape(const std::string& s, const std::string& where);
+
 inline constexpr std::uint64_t kFormatVersion = 3;  // written; 2 is still read
 inline constexpr std::size_t kHeaderBytes = 80;
 inline constexpr std::uint64_t kMinUserBlock = 4096;

@@ -1,5 +1,7 @@
 #include "ckpt/provenance.hpp"
 
+#include "ckpt/manifest.hpp"
+
 #include <fcntl.h>
 #include <openssl/evp.h>
 #include <unistd.h>
@@ -17,6 +19,9 @@
 #include "provenance/text.hpp"
 
 namespace saker::ckpt::provenance {
+
+using manifest::escape;
+using manifest::unescape;
 namespace fs = std::filesystem;
 namespace pv = saker::provenance;
 
@@ -24,42 +29,10 @@ namespace {
 
 constexpr const char* kHead = "saker-provenance 1";
 
-// Percent-escaping keeps every value one space-free token (the manifest's own scheme).
-std::string esc(const std::string& s) {
-  if (s.empty()) return "%";
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : s) {
-    if (c > 0x20 && c < 0x7f && c != '%') {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    }
-  }
-  return out;
-}
-
 [[noreturn]] void bad(const std::string& where, const std::string& why) {
   throw Error(explain(where, "provenance record: " + why, "the checkpoint is damaged or its provenance was edited"));
 }
 
-std::string unesc(const std::string& s, const std::string& where) {
-  if (s == "%") return {};
-  std::string out;
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] != '%') {
-      out += s[i];
-      continue;
-    }
-    const auto bytes = i + 2 < s.size() ? pv::unhex(s.substr(i + 1, 2)) : std::nullopt;
-    if (!bytes) bad(where, "bad escape");
-    out += *bytes;
-    i += 2;
-  }
-  return out;
-}
 
 std::vector<std::string> split(const std::string& line) {
   std::vector<std::string> f;
@@ -79,11 +52,11 @@ bool is_sha256(const std::string& s) { return s.size() == 64 && s.find_first_not
 
 std::string encode(const Record& r) {
   std::string o = std::string(kHead) + "\n";
-  o += "job " + esc(r.job_id) + " " + esc(r.step_id) + "\n";
-  o += "attestation " + esc(r.attestation) + " " + esc(r.attestation_note) + "\n";
-  for (const auto& d : r.enforced) o += "enforced " + esc(d) + "\n";
-  o += "code " + esc(r.code.path) + " " + esc(r.code.sha256) + " " + esc(r.code.git_commit) + " " + esc(r.code.interpreter) + "\n";
-  for (const auto& p : r.parents) o += "parent " + p.sha256 + " " + esc(p.run_id) + " " + std::to_string(p.step) + " " + esc(p.file) + "\n";
+  o += "job " + escape(r.job_id) + " " + escape(r.step_id) + "\n";
+  o += "attestation " + escape(r.attestation) + " " + escape(r.attestation_note) + "\n";
+  for (const auto& d : r.enforced) o += "enforced " + escape(d) + "\n";
+  o += "code " + escape(r.code.path) + " " + escape(r.code.sha256) + " " + escape(r.code.git_commit) + " " + escape(r.code.interpreter) + "\n";
+  for (const auto& p : r.parents) o += "parent " + p.sha256 + " " + escape(p.run_id) + " " + std::to_string(p.step) + " " + escape(p.file) + "\n";
   o += "end\n";
   return o;
 }
@@ -106,17 +79,17 @@ Record decode(const std::string& text, const std::string& where) {
     return lines[i++];
   };
   auto f = expect("job", 3);
-  r.job_id = unesc(f[1], where), r.step_id = unesc(f[2], where);
+  r.job_id = unescape(f[1], where), r.step_id = unescape(f[2], where);
   f = expect("attestation", 3);
-  r.attestation = unesc(f[1], where), r.attestation_note = unesc(f[2], where);
-  while (i < lines.size() && lines[i][0] == "enforced") r.enforced.push_back(unesc(expect("enforced", 2)[1], where));
+  r.attestation = unescape(f[1], where), r.attestation_note = unescape(f[2], where);
+  while (i < lines.size() && lines[i][0] == "enforced") r.enforced.push_back(unescape(expect("enforced", 2)[1], where));
   f = expect("code", 5);
-  r.code = {unesc(f[1], where), unesc(f[2], where), unesc(f[3], where), unesc(f[4], where)};
+  r.code = {unescape(f[1], where), unescape(f[2], where), unescape(f[3], where), unescape(f[4], where)};
   while (i < lines.size() && lines[i][0] == "parent") {
     f = expect("parent", 5);
     if (!is_sha256(f[1])) bad(where, "a parent digest is not 64 hex digits");
     if (f[3].empty() || f[3].size() > 19 || f[3].find_first_not_of("0123456789") != std::string::npos) bad(where, "a parent's step is not a number");
-    r.parents.push_back({f[1], unesc(f[2], where), std::stoull(f[3]), unesc(f[4], where)});
+    r.parents.push_back({f[1], unescape(f[2], where), std::stoull(f[3]), unescape(f[4], where)});
   }
   expect("end", 1);
   if (i != lines.size()) bad(where, "lines after 'end'");

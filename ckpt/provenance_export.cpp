@@ -6,6 +6,7 @@
 
 #include "ckpt/format.hpp"
 #include "common/error.hpp"
+#include "common/utc_time.hpp"
 #include "common/json.hpp"
 #include "provenance/attestation.hpp"
 #include "provenance/text.hpp"
@@ -20,14 +21,6 @@ namespace {
 constexpr const char* kBuildType = "https://github.com/saker-hpc/saker/ckpt/training/v1";
 constexpr std::int64_t kClockSlack = 300;  // seconds a node's clock may differ from another's
 
-std::string iso(std::int64_t t) {
-  const std::time_t tt = static_cast<std::time_t>(t);
-  std::tm tm{};
-  gmtime_r(&tt, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
 
 struct Loaded {
   CheckpointInfo info;
@@ -61,7 +54,7 @@ void job_object(json::Writer& w, const pv::Attestation& a) {
   if (!a.array_job_id.empty()) w.key("arrayJobId").value(a.array_job_id).key("arrayTaskId").value(a.array_task_id);
   w.key("user").value(a.user).key("uid").value(static_cast<std::uint64_t>(a.uid)).key("account").value(a.account);
   w.key("partition").value(a.partition).key("zone").value(a.zone).key("nodes").value(a.nodes).key("node").value(a.node);
-  w.key("time").value(iso(a.time_unix)).key("auditLog").value(a.audit_log).key("auditHead").value(a.audit_head);
+  w.key("time").value(saker::utc_iso(a.time_unix)).key("auditLog").value(a.audit_log).key("auditHead").value(a.audit_head);
   w.end_object();
 }
 
@@ -122,8 +115,8 @@ std::string statement_json(const fs::path& main_file) {
   w.key("runDetails").begin_object().key("builder").begin_object();
   w.key("id").value(env ? "https://github.com/saker-hpc/saker/spank_saker/site-key/" + env->key_id : "unattested").end_object();
   w.key("metadata").begin_object().key("invocationId").value(att ? "slurm:" + att->job_id + "." + att->step_id : "");
-  if (att) w.key("startedOn").value(iso(att->time_unix));
-  w.key("finishedOn").value(iso(l.info.created_unix)).end_object();
+  if (att) w.key("startedOn").value(saker::utc_iso(att->time_unix));
+  w.key("finishedOn").value(saker::utc_iso(l.info.created_unix)).end_object();
   w.key("byproducts").begin_array();
   if (env)
     w.begin_object().key("name").value("saker-job-attestation").key("mediaType").value("application/vnd.dsse.envelope.v1+json")
@@ -168,7 +161,7 @@ std::string check_one(const fs::path& file, const pv::PublicSiteKey& key, ChainC
         problem("the attestation is of step " + a.job_id + "." + a.step_id + " but the checkpoint was written by step " +
                 l.record.job_id + "." + l.record.step_id + ": it belongs to another step");
       if (l.info.created_unix + kClockSlack < a.time_unix)
-        problem("written at " + iso(l.info.created_unix) + ", before its attested step started (" + iso(a.time_unix) +
+        problem("written at " + saker::utc_iso(l.info.created_unix) + ", before its attested step started (" + saker::utc_iso(a.time_unix) +
                 "): the attestation was attached afterwards");
       std::vector<std::string> signed_refs;
       for (const auto& d : a.datasets) signed_refs.push_back(d.ref());

@@ -27,6 +27,7 @@
 #include "common/error.hpp"
 #include "common/cli.hpp"
 #include "common/log.hpp"
+#include "common/utc_time.hpp"
 #include "saker/ckpt.hpp"
 
 namespace cli = saker::cli;
@@ -95,14 +96,6 @@ std::string human_bytes(std::uint64_t n) {
   return buf;
 }
 
-std::string iso_time(std::int64_t unix_time) {
-  const std::time_t t = static_cast<std::time_t>(unix_time);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
 
 std::string shape_text(const std::vector<std::uint64_t>& shape) {
   std::string s = "[";
@@ -177,7 +170,7 @@ int cmd_ls(const fs::path& dir, bool quick, bool progress, const std::string& ke
     row.status = quick ? "unverified" : "ok";
     try {
       const ck::CheckpointInfo info = ck::describe(f);
-      row.created = iso_time(info.created_unix);
+      row.created = saker::utc_iso(info.created_unix);
       row.size = human_bytes(info.bytes);
       row.shards = std::to_string(info.world_size);
       if (!quick) {
@@ -247,7 +240,7 @@ int cmd_show(const fs::path& file) {
   std::printf("step:           %" PRIu64 "\n", info.step);
   std::printf("epoch:          %" PRIu64 "\n", info.epoch);
   std::printf("world size:     %" PRIu32 "\n", info.world_size);
-  std::printf("created:        %s\n", iso_time(info.created_unix).c_str());
+  std::printf("created:        %s\n", saker::utc_iso(info.created_unix).c_str());
   std::printf("saker version:  %s (format %" PRIu32 ")\n", info.saker_version.c_str(), info.format_version);
   std::printf("size:           %s\n", human_bytes(info.bytes).c_str());
   std::printf("encryption:     %s%s\n", info.encryption.c_str(),

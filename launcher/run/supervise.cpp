@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <ctime>
 #include <cstdlib>
 
 #include "common/error.hpp"
@@ -15,6 +14,7 @@
 #include "common/reserved_port.hpp"
 #include "common/shm_names.hpp"
 #include "common/slurm_compat.hpp"
+#include "common/utc_time.hpp"
 #include "launcher/run/attempt_watch.hpp"
 #include "launcher/run/launch_support.hpp"
 #include "launcher/run/launcher.hpp"
@@ -24,15 +24,6 @@
 namespace saker::run {
 namespace {
 
-// "2026-11-27 12:47:01 UTC" for a wall-clock time in seconds since the epoch.
-std::string utc_text(double seconds) {
-  const std::time_t t = static_cast<std::time_t>(seconds);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[40];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
-  return buf;
-}
 
 void say(const std::string& line) { log::info("saker-run: " + line); }
 
@@ -235,7 +226,7 @@ Attempt Supervisor::run_attempt(AttemptRun& run) {
   if (in_slurm_ && elastic_) step_->place(placement_args(placement_, !lost_ever_.empty()));
   const double started = wall_clock();
   // A readable UTC time first; the epoch seconds after it for scripts that measure.
-  std::printf("saker-run: attempt %d starting at %s (t=%.3f, %s)\n", attempt.number, utc_text(started).c_str(), started,
+  std::printf("saker-run: attempt %d starting at %s (t=%.3f, %s)\n", attempt.number, utc_iso(static_cast<std::int64_t>(started)).c_str(), started,
               in_slurm_ ? ("job " + job_id_ + ", restart count " + restarts_by_slurm_ +
                            (resized || elastic_ ? ", " + std::to_string(placement_.nodes.size()) + " nodes, " +
                                                       std::to_string(placement_.ntasks()) + " ranks" : std::string()))

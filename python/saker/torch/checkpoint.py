@@ -195,6 +195,25 @@ def install_preemption_handler(signals=(signal.SIGTERM, signal.SIGUSR1, signal.S
         signal.signal(s, _on_signal)
 
 
+def write_preempt_marker(step):
+    """Tell saker-run that this stop left a checkpoint of `step` ($SAKER_PREEMPT_MARKER, in
+    its private run directory): 0600, never through a symbolic link nor into a file another
+    user planted there (as saker-train does, common/file.hpp). Nothing without the variable."""
+    marker = os.environ.get("SAKER_PREEMPT_MARKER")
+    if not marker:
+        return
+    fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+        os.close(fd)
+        raise RuntimeError(f"saker: refusing the preemption marker {marker}: owned by uid {st.st_uid}, not by "
+                           "this user (fix: remove it; saker-run keeps it in its private run directory)")
+    os.fchmod(fd, 0o600)
+    os.ftruncate(fd, 0)
+    with os.fdopen(fd, "w") as f:
+        f.write(f"{step}\n")
+
+
 def exit_if_preempted(directory, model=None, optimizer=None, step=0, extra=None, **options):
     """Call at every step boundary on every rank (collective). When any rank received a
     preemption signal, all ranks write an emergency checkpoint of step, rank 0 creates
@@ -213,18 +232,5 @@ def exit_if_preempted(directory, model=None, optimizer=None, step=0, extra=None,
         print(f"saker.torch.checkpoint: {why}: emergency checkpoint of step {step} committed in {directory}; "
               "exiting 75 (saker-run requeues the job inside Slurm, and stops with --local; running again "
               "resumes from it)", flush=True)
-        marker = os.environ.get("SAKER_PREEMPT_MARKER")
-        if marker:
-            # 0600, never through a symbolic link nor into a file another user planted there
-            # (as saker-train does, common/file.hpp).
-            fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
-                os.close(fd)
-                raise RuntimeError(f"saker: refusing the preemption marker {marker}: owned by uid {st.st_uid}, not by "
-                                   "this user (fix: remove it; saker-run keeps it in its private run directory)")
-            os.fchmod(fd, 0o600)
-            os.ftruncate(fd, 0)
-            with os.fdopen(fd, "w") as f:
-                f.write(f"{step}\n")
+        write_preempt_marker(step)
     sys.exit(75)

@@ -28,10 +28,10 @@ rank exits 75 so that saker-run starts the ranks again. See saker-torch(7).
 import functools
 import os
 import signal
-import stat
 import sys
 
 from .. import collectives, runtime
+from ..checkpoint import write_preempt_marker
 from ..runtime import HorovodInternalError, HostsUpdatedInterrupt
 from .notice import _Stop, install_signals, say as _say
 from .sampler import ElasticSampler
@@ -77,24 +77,8 @@ def _stop(state, why):
         where = f"commit {store.step} persisted in {store.directory}" if store and store.directory else \
             "nothing persisted (no directory for commits: give saker-run --ckpt-dir)"
         _say(f"{why.why}: {where}; exiting {EXIT_RESTART} so that saker-run starts the ranks again")
-        marker = os.environ.get("SAKER_PREEMPT_MARKER")
-        if marker:
-            _write_marker(marker, store.step if store else 0)
+        write_preempt_marker(store.step if store else 0)
     sys.exit(EXIT_RESTART)
-
-
-def _write_marker(marker, step):
-    """0600, never through a symbolic link nor into a file another user planted there."""
-    fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
-        os.close(fd)
-        raise RuntimeError(f"saker.torch.elastic: refusing the preemption marker {marker}: owned by uid {st.st_uid}, "
-                           "not by this user (fix: remove it; saker-run keeps it in its private run directory)")
-    os.fchmod(fd, 0o600)
-    os.ftruncate(fd, 0)
-    with os.fdopen(fd, "w") as f:
-        f.write(f"{step}\n")
 
 
 def run(func):
