@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,8 +17,8 @@
 #include "ckpt/partition.hpp"
 #include "ckpt/stream_write.hpp"
 #include "common/error.hpp"
-#include "common/utc_time.hpp"
 #include "common/hash.hpp"
+#include "common/utc_time.hpp"
 
 namespace saker::ckpt::format {
 namespace fs = std::filesystem;
@@ -284,8 +285,34 @@ manifest::Opened open_shard(const fs::path& file, const manifest::Manifest& main
   return o;
 }
 
+namespace {
+
+// A checkpoint file that is not there, is a directory or cannot be opened is not damaged:
+// say what it is and the fix (open_checked calls whatever it cannot read damaged, which is
+// right for a shard its main file names).
+void check_openable(const fs::path& file) {
+  struct stat st{};
+  const std::string where = file.string();
+  if (::stat(file.c_str(), &st) != 0) {
+    const int err = errno;
+    if (err == ENOENT)
+      throw Error(explain(where + " does not exist", std::strerror(err),
+                          "check the path; saker-ckpt ls DIR lists a directory's checkpoints"));
+    throw Error(explain("cannot open " + where, std::strerror(err), "check the path and its directories' permissions"));
+  }
+  if (S_ISDIR(st.st_mode))
+    throw Error(explain(where + " is a directory", "a checkpoint is a ckpt-STEP.h5 file",
+                        "name a file in it (saker-ckpt ls " + where + " lists them)"));
+  if (::access(file.c_str(), R_OK) != 0)
+    throw Error(explain("cannot open " + where, std::strerror(errno),
+                        "checkpoints are written 0600 for their owner: read it as that user"));
+}
+
+}  // namespace
+
 Reader::Reader(const fs::path& file, bool drop_behind, const crypto::Key* key) : file_(file), drop_behind_(drop_behind) {
   const std::string where = file.string();
+  check_openable(file);
   shards_.push_back(manifest::open_checked(file));
   paths_.push_back(file);
   const manifest::Manifest m = shards_[0].manifest;  // a copy: shards_ grows below

@@ -179,6 +179,8 @@ usage_error "ckpt: --pubkey without --verify" "--pubkey and --search go with --v
   "$ckpt" provenance "$tmp/x.h5" --pubkey k
 usage_error "ckpt: an option of another command" "unknown option --quick" "(an option of saker-ckpt ls)" -- \
   "$ckpt" verify "$tmp/adir" --quick
+expect 3 "ckpt: provenance of a missing file says so, not 'damaged'" "$tmp/nosuch.h5 does not exist" \
+  "saker-ckpt ls DIR lists" -- "$ckpt" provenance "$tmp/nosuch.h5"
 usage_error "ckpt: find without --dataset" "saker-ckpt find: --dataset is missing" -- "$ckpt" find "$tmp/adir"
 expect 0 "ckpt: find in a directory without checkpoints" "0 of 0 checkpoint(s) derived from patients@v3" -- \
   "$ckpt" find --dataset patients@v3 "$tmp/adir"
