@@ -179,6 +179,7 @@ int run_training(const cli::Args& a) {
   const Dataset data = read_dataset(data_path);
   ReducerChoice choice = make_reducer(wanted);
   std::unique_ptr<Reducer> reducer = std::move(choice.reducer);
+  saker::run::HeartbeatWriter(reducer->rank()).phase("rendezvous");  // saker-run's recovery breakdown
   if (reducer->rank() == 0) {
     std::printf("%s\n", choice.line.c_str());
     std::fflush(stdout);

@@ -264,6 +264,7 @@ TrainResult train(const TrainConfig& cfg, const Dataset& data, Reducer& reducer,
   const comm::LogicalMap map(logical, world);
   Loader loader(data.rows, cfg.batch, 0, logical, cfg.seed);
   result.logical_ranks = logical;
+  run::HeartbeatWriter heartbeat(rank);  // saker-run's hang detection (a beat per step) and recovery breakdown
   if (resumed) {
     restore_snapshot(*resumed, loader, model, *opt, rng, record, store->describe());
     step = result.resumed_from = resumed->step;
@@ -283,7 +284,7 @@ TrainResult train(const TrainConfig& cfg, const Dataset& data, Reducer& reducer,
   const std::size_t n = model.parameter_count();
   StepSum step_sum(map, rank, n);
   Progress progress(cfg.steps, static_cast<std::uint64_t>(cfg.batch), step);
-  run::HeartbeatWriter heartbeat(rank);  // saker-run's hang detection: one beat per step
+  heartbeat.phase("restored");  // the model and optimizer hold the checkpoint's state (or the initial one)
   bool first_after_resume = result.resumed_from > 0;
   std::optional<MetricsFile> metrics;
   if (leader && !cfg.metrics_file.empty()) metrics.emplace(cfg.metrics_file);
@@ -295,6 +296,7 @@ TrainResult train(const TrainConfig& cfg, const Dataset& data, Reducer& reducer,
     opt->step(model.parameters(), std::span<const float>(buffer.data(), n));
     ++step;
     heartbeat.beat();
+    if (step == result.resumed_from + 1) heartbeat.phase("first-step");
 
     if (leader) {
       if (first_after_resume) {
