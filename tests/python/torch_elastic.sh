@@ -166,4 +166,14 @@ assert_rc 0 "DDP: run again at 3 ranks" -- "$run" --local -n 3 --ckpt-dir "$tmp/
 assert_contains "$IT_OUT" "resharded from world size 2" "the 3 ranks load the 2 ranks' checkpoint"
 assert_contains "$IT_OUT" "resumed from step 8" "from the emergency checkpoint"
 same_on_ranks "$IT_OUT" 3 && it_pass "the 3 ranks (WORLD_SIZE=3) end alike" || it_fail "ranks differ: $IT_OUT"
+# saker-run's resize notice stops a torch.distributed script too (exit_if_preempted reads
+# it): at 2 ranks, a notice naming 3 stops it at the first step boundary, no signal needed.
+echo 3 >"$tmp/ddp-notice"
+assert_rc 75 "DDP: the resize notice stops 2 ranks" -- \
+  "$run" --local -n 2 --ckpt-dir "$tmp/ddp-grow" -- env SAKER_RESIZE_NOTICE="$tmp/ddp-notice" $py "$ex/train_ddp.py" --steps 12
+assert_contains "$IT_OUT" "stopped by saker-run's resize notice (world size 3): emergency checkpoint of step 1" \
+  "at the first step boundary, naming the notice"
+assert_rc 0 "DDP: relaunched at 3 ranks" -- \
+  "$run" --local -n 3 --ckpt-dir "$tmp/ddp-grow" -- env SAKER_RESIZE_NOTICE="$tmp/ddp-notice" $py "$ex/train_ddp.py" --steps 12
+assert_contains "$IT_OUT" "resumed from step 1" "the 3 ranks resume from it (a notice naming their size is no request)"
 it_finish

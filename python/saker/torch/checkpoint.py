@@ -214,11 +214,26 @@ def write_preempt_marker(step):
         f.write(f"{step}\n")
 
 
+def _resize_wanted():
+    """The world size saker-run's resize notice asks for ($SAKER_RESIZE_NOTICE, written when
+    it grows the job back), or 0: a torch.distributed script stops at this step boundary as
+    for a preemption, and saker-run relaunches it at that size (no SIGTERM after
+    --resize-wait needed)."""
+    if not os.environ.get("SAKER_RESIZE_NOTICE"):
+        return 0
+    from .elastic.notice import requested_size  # here: the elastic package imports this module
+    current = runtime.size() if runtime.is_initialized() else int(os.environ.get("WORLD_SIZE", "1"))
+    asked, want = requested_size(current)
+    return want if asked else 0
+
+
 def exit_if_preempted(directory, model=None, optimizer=None, step=0, extra=None, **options):
     """Call at every step boundary on every rank (collective). When any rank received a
-    preemption signal, all ranks write an emergency checkpoint of step, rank 0 creates
-    $SAKER_PREEMPT_MARKER, and the process exits 75 so that saker-run requeues the job."""
-    flag = torch.tensor([1.0 if _signalled else 0.0])
+    preemption signal, or saker-run's resize notice asks for another world size, all ranks
+    write an emergency checkpoint of step, rank 0 creates $SAKER_PREEMPT_MARKER, and the
+    process exits 75 so that saker-run requeues the job or relaunches it at the new size."""
+    resize = _resize_wanted()
+    flag = torch.tensor([1.0 if _signalled or resize else 0.0])
     if runtime.is_initialized() and runtime.size() > 1:
         runtime.comm().allreduce(flag.data_ptr(), 1, 0, 2)  # max over ranks: all agree on the step
     if float(flag) == 0.0:
@@ -228,7 +243,9 @@ def exit_if_preempted(directory, model=None, optimizer=None, step=0, extra=None,
     if rank == 0:
         # Say what happened and what comes next as it is: the signal may be Ctrl-C on a
         # local run (nothing requeues it) as well as a preemption (saker-run requeues).
-        why = f"stopped by {_signal_name}" if _signal_name else "stopped by a signal on another rank"
+        why = (f"stopped by {_signal_name}" if _signal_name else
+               f"stopped by saker-run's resize notice (world size {resize})" if resize else
+               "stopped by a signal or resize notice on another rank")
         print(f"saker.torch.checkpoint: {why}: emergency checkpoint of step {step} committed in {directory}; "
               "exiting 75 (saker-run requeues the job inside Slurm, and stops with --local; running again "
               "resumes from it)", flush=True)

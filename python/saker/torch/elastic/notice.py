@@ -38,8 +38,9 @@ def install_signals():
     return {s: signal.signal(s, _on_signal) for s in _SIGNALS}
 
 
-def requested_size():
-    """(whether $SAKER_RESIZE_NOTICE asks for a restart, the size it names or 0).
+def requested_size(current=None):
+    """(whether $SAKER_RESIZE_NOTICE asks for a restart, the size it names or 0); `current`:
+    this run's world size (default: saker.torch's).
 
     A notice naming this very size is no request. Only a regular file of this user counts:
     saker-run writes it into its private run directory, and a notice planted by anyone
@@ -59,7 +60,7 @@ def requested_size():
             return False, 0
         text = f.read(64).strip()
     want = int(text) if text.isdigit() else 0
-    return want != runtime.size(), want
+    return want != (runtime.size() if current is None else current), want
 
 
 def agree(signalled, requested, want):
