@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <charconv>
+#include <cstdlib>
 #include <cstring>
 
 #include "common/error.hpp"
@@ -139,6 +140,11 @@ Env elastic_env(int restart_count, int max_restarts, const std::string& run_id) 
   out["TORCHELASTIC_RESTART_COUNT"] = std::to_string(restart_count);
   out["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(max_restarts);
   out["TORCHELASTIC_RUN_ID"] = run_id;
+  // As torchrun: rank 0 hosts torch's TCPStore (no agent store here), and NCCL reports a
+  // failed peer instead of hanging, unless the user chose otherwise.
+  out["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+  const char* nccl_async = std::getenv("NCCL_ASYNC_ERROR_HANDLING");
+  out["NCCL_ASYNC_ERROR_HANDLING"] = nccl_async != nullptr && *nccl_async != '\0' ? nccl_async : "1";
   return out;
 }
 

@@ -71,6 +71,12 @@ TEST_CASE("local ranks and rendezvous variables") {
   CHECK(elastic.at("TORCHELASTIC_RESTART_COUNT") == "2");
   CHECK(elastic.at("TORCHELASTIC_MAX_RESTARTS") == "5");
   CHECK(elastic.at("TORCHELASTIC_RUN_ID") == "1234");
+  CHECK(elastic.at("TORCHELASTIC_USE_AGENT_STORE") == "False");  // rank 0 hosts torch's store, as env:// expects
+  ::unsetenv("NCCL_ASYNC_ERROR_HANDLING");
+  CHECK(elastic_env(0, 0, "x").at("NCCL_ASYNC_ERROR_HANDLING") == "1");
+  ::setenv("NCCL_ASYNC_ERROR_HANDLING", "0", 1);  // the user's choice stays
+  CHECK(elastic_env(0, 0, "x").at("NCCL_ASYNC_ERROR_HANDLING") == "0");
+  ::unsetenv("NCCL_ASYNC_ERROR_HANDLING");
   const Env r = rendezvous_env("10.0.0.1", 29500);
   CHECK(r.at("MASTER_ADDR") == "10.0.0.1");
   CHECK(r.at("MASTER_PORT") == "29500");
