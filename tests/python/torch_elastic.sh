@@ -23,6 +23,8 @@ run="$SAKER_BUILDDIR/launcher/saker-run/saker-run"
 script="$SAKER_SRCDIR/tests/python/elastic_check.py"
 tmp=$(mktemp -d /tmp/saker-elastic-test.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/python_for_build.sh"
+py=$(python_for_build "$py" "$tmp")
 export SAKER_COMM_TIMEOUT=60
 
 # hash_of OUTPUT RANK: the parameter hash RANK printed at the end.

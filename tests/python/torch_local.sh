@@ -13,15 +13,8 @@ run="$SAKER_BUILDDIR/launcher/saker-run/saker-run"
 ex="$SAKER_SRCDIR/examples/torch"
 tmp=$(mktemp -d /tmp/saker-torch-test.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-# A sanitizer build (scripts/check's build-asan/): Python can load the extension only with
-# the sanitizer runtimes preloaded, and only into Python (dd and friends stay as they are);
-# Python and torch keep memory until exit by design, so leak checking is off for them.
-if nm -D --undefined-only "$SAKER_BUILDDIR/python/saker/.libs/_comm.so" 2>/dev/null | grep -q ' __asan_'; then
-  printf '#!/bin/sh\nLD_PRELOAD="%s %s" ASAN_OPTIONS="detect_leaks=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}" exec %s "$@"\n' \
-    "$(gcc -print-file-name=libasan.so)" "$(gcc -print-file-name=libubsan.so)" "$py" >"$tmp/python3"
-  chmod +x "$tmp/python3"
-  py=$tmp/python3
-fi
+source "$(dirname "$0")/python_for_build.sh"
+py=$(python_for_build "$py" "$tmp")
 steps=12
 
 # hash_of OUTPUT RANK: the parameter hash RANK printed.

@@ -333,7 +333,9 @@ TEST_CASE("goodput: train() with --ckpt-every auto saves the same steps on every
     train(c, data, reducer, &stores[static_cast<std::size_t>(r)], nullptr);
   });
   CHECK(errors == std::vector<std::string>(kRanks));
-  CHECK(stores[0].steps.size() >= 3);  // the probe at step 11, later ones, the final step
+  // The probe at step 11 and the final step; how many come between depends on measured
+  // times (a sanitizer build saves slower), so only their agreement is checked.
+  CHECK(stores[0].steps.size() >= 2);
   CHECK(stores[0].steps.front() == 11);
   CHECK(stores[0].steps.back() == 80);
   CHECK(stores[0].steps == stores[1].steps);
