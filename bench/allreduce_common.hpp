@@ -16,8 +16,8 @@
 
 namespace bench {
 
-// BENCH_SIZES="4096,67108864" restricts the sizes (the driver passes its --sizes).
-inline std::vector<std::size_t> sizes() {
+// BENCH_SIZES="4096,67108864": the sizes the driver asked for (its --sizes), or none.
+inline std::vector<std::size_t> sizes_from_env() {
   std::vector<std::size_t> s;
   if (const char* e = std::getenv("BENCH_SIZES"); e && *e) {
     for (const char* p = e; *p;) {
@@ -25,8 +25,13 @@ inline std::vector<std::size_t> sizes() {
       s.push_back(std::strtoull(p, &end, 10));
       p = *end ? end + 1 : end;
     }
-    return s;
   }
+  return s;
+}
+
+inline std::vector<std::size_t> sizes() {
+  std::vector<std::size_t> s = sizes_from_env();
+  if (!s.empty()) return s;
   for (std::size_t b = 4096; b <= (256u << 20); b *= 4) s.push_back(b);
   return s;
 }

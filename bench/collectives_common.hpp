@@ -17,19 +17,13 @@
 #include <string>
 #include <vector>
 
+#include "bench/allreduce_common.hpp"  // sizes_from_env
+
 namespace bench {
 
 // BENCH_SIZES="1048576,4194304" restricts the sizes.
 inline std::vector<std::size_t> collective_sizes() {
-  std::vector<std::size_t> s;
-  if (const char* e = std::getenv("BENCH_SIZES"); e && *e) {
-    for (const char* p = e; *p;) {
-      char* end = nullptr;
-      s.push_back(std::strtoull(p, &end, 10));
-      p = *end ? end + 1 : end;
-    }
-    return s;
-  }
+  if (std::vector<std::size_t> s = sizes_from_env(); !s.empty()) return s;
   return {1u << 20, 4u << 20, 16u << 20, 64u << 20};
 }
 
