@@ -29,16 +29,16 @@ assert_rc 1 "plain srun without a job key fails closed" -- \
 assert_contains "$IT_OUT" "no job key" "the error names the missing key"
 assert_contains "$IT_OUT" "spank_saker.so" "and the fixes"
 
-start=$(date +%s)
 # Per-task output files: when srun force-terminates the step it may drop a task's last
 # lines from its own forwarded stdio, and this test counts those lines.
 SAKER_SELFTEST_KILL_RANK=1 srun --mpi=pmi2 -p all -N2 -n3 --kill-on-bad-exit=0 \
   -o "$IT_PREFIX/fault-%t.out" "$selftest" >"$IT_PREFIX/fault.out" 2>&1
-elapsed=$(( $(date +%s) - start ))
 fault=$(cat "$IT_PREFIX"/fault*.out)
 assert_contains "$fault" "rank 1 (host" "survivors name the killed rank"
 assert_eq 2 "$(grep -c 'comm-selftest error' <<<"$fault")" "both survivors fail instead of hanging"
-assert_rc 0 "failure seen well within the 20 s timeout (took ${elapsed}s)" -- test "$elapsed" -lt 20
+# Seen as the peer's loss, not by waiting out the timeout (judged by what the survivors
+# say, not by how long it took: the machine may be loaded).
+assert_rc 1 "the survivors saw the loss itself, not the timeout" -- grep -q "did not answer within" "$IT_PREFIX"/fault*.out
 
 # Another user against plain srun's store, whose port anyone can compute from the job and
 # step ids that squeue shows (launcher/comm/slurm_store_port.hpp): saker-mallory squats it
