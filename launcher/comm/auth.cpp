@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <chrono>
@@ -19,6 +20,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "common/log.hpp"
 
@@ -312,13 +314,13 @@ LinkKeys ServerSide::keys() const {
 LinkKeys connect_handshake(int fd, const Context& ctx, const Claim& claim, net::Deadline d, const std::string& peer) {
   ClientSide c(ctx, claim);
   auto hello = c.hello();
-  net::send_all(fd, hello.data(), hello.size(), d, peer);
   std::array<unsigned char, kReplyBytes> reply{};
   try {
+    net::send_all(fd, hello.data(), hello.size(), d, peer);
     net::recv_all(fd, reply.data(), reply.size(), d, peer);
   } catch (const Error& e) {
-    throw Refused(peer + " did not answer the job-key handshake (" + e.what() +
-                  "): it is not a Saker rank or store of this job, or it holds another job key");
+    throw NoAnswer(peer + " did not answer the job-key handshake (" + e.what() +
+                   "): it is not a Saker rank or store of this job, or it holds another job key");
   }
   std::array<unsigned char, kFinishBytes> finish{};
   try {
@@ -336,6 +338,26 @@ LinkKeys connect_handshake(int fd, const Context& ctx, const Claim& claim, net::
     throw Refused(peer + " refused this rank's proof of the job key (" + e.what() + ")");
   }
   return c.keys();
+}
+
+net::Fd connect_authenticated(const std::string& host, int port, const Context* ctx, const Claim& claim,
+                              net::Deadline d, const std::string& peer, LinkKeys* keys) {
+  for (int attempt = 1;; ++attempt) {
+    net::Fd fd = net::connect_to(host, port, d, peer);
+    try {
+      if (!ctx) {
+        send_claim(fd.get(), claim, d, peer);
+        return fd;
+      }
+      LinkKeys k = connect_handshake(fd.get(), *ctx, claim, d, peer);
+      if (keys) *keys = k;
+      return fd;
+    } catch (const NoAnswer&) {
+      const auto pause = std::chrono::milliseconds(std::min(1000, 25 << attempt));
+      if (attempt >= kConnectTries || net::Clock::now() + pause >= d) throw;
+      std::this_thread::sleep_for(pause);
+    }
+  }
 }
 
 Accepted accept_handshake(int fd, const Context& ctx, std::int32_t my_rank, std::int32_t world_size,

@@ -86,6 +86,12 @@ constexpr std::size_t kFinishBytes = 32;
 struct Refused : Error {
   using Error::Error;
 };
+// The peer closed (or reset) the connection before answering the Hello: a listener whose
+// table of unproven connections was full may have dropped this one (admission.hpp), so a
+// client tries again, a few times, before it believes the port is not its peer's.
+struct NoAnswer : Refused {
+  using Refused::Refused;
+};
 
 // The two halves as message transformers (the store's poll loop drives the server
 // half without blocking); connect_handshake/accept_handshake below drive them on a
@@ -125,9 +131,17 @@ class ServerSide {
 };
 
 // Client: runs the whole handshake on fd. peer names the server in errors. Throws
-// Refused when the server fails to prove the key, saker::Error on I/O.
+// NoAnswer when the server closed before its reply, Refused when it fails to prove the
+// key, saker::Error on other I/O.
 LinkKeys connect_handshake(int fd, const Context& ctx, const Claim& claim, net::Deadline d,
                            const std::string& peer);
+// Client: connects to host:port and runs the handshake (ctx) or sends the bare claim
+// (nullptr: Transit::off). A connection dropped before the reply (NoAnswer) is retried
+// after a short back-off, at most kConnectTries times in all and never past d; then the
+// last NoAnswer is thrown. keys, when given, receives the link keys.
+constexpr int kConnectTries = 8;
+net::Fd connect_authenticated(const std::string& host, int port, const Context* ctx, const Claim& claim,
+                              net::Deadline d, const std::string& peer, LinkKeys* keys = nullptr);
 
 struct Accepted {
   Claim claim;

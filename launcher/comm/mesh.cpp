@@ -14,6 +14,7 @@
 
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "launcher/comm/admission.hpp"
 
 namespace saker::comm {
 namespace {
@@ -110,16 +111,24 @@ void Mesh::accept_pending(std::deque<Pending>& pending) {
       return;
     }
     if (pending.size() >= kMaxPending) make_room(pending);
-    pending.push_back({std::move(fd), net::deadline_in(std::min(timeout_, kHandshakeLimit)), false});
+    std::string address = auth::peer_address(fd.get());
+    pending.push_back({std::move(fd), net::deadline_in(std::min(timeout_, kHandshakeLimit)), false, std::move(address)});
   }
 }
 
-// Drops the oldest pending connection that has not sent a whole Hello (else the oldest).
+// Drops a pending connection that has not sent a whole Hello: the oldest of the host
+// holding the most (admission.hpp); else the oldest.
 void Mesh::make_room(std::deque<Pending>& pending) {
-  auto silent = std::find_if(pending.begin(), pending.end(),
-                             [](const Pending& p) { return readable(p.fd.get()) < auth::kHelloBytes; });
-  auto gone = silent != pending.end() ? silent : pending.begin();
-  auth::log_refused(who(rank_) + "'s link listener", auth::peer_address(gone->fd.get()),
+  std::vector<std::size_t> silent;
+  std::vector<std::string_view> hosts;
+  for (std::size_t i = 0; i < pending.size(); ++i)
+    if (readable(pending[i].fd.get()) < auth::kHelloBytes) {
+      silent.push_back(i);
+      hosts.push_back(admission::host_of(pending[i].address));
+    }
+  auto v = admission::victim(hosts);
+  auto gone = pending.begin() + static_cast<long>(v ? silent[*v] : 0);
+  auth::log_refused(who(rank_) + "'s link listener", gone->address,
                     "it sent no handshake while newer connections needed its place");
   pending.erase(gone);
 }
@@ -131,7 +140,7 @@ void Mesh::start_handshakes(std::deque<Pending>& pending) {
   for (auto it = pending.begin(); it != pending.end();) {
     const std::size_t ready = readable(it->fd.get());
     if (ready < auth::kHelloBytes && (it->hung_up || now >= it->until)) {
-      auth::log_refused(who(rank_) + "'s link listener", auth::peer_address(it->fd.get()),
+      auth::log_refused(who(rank_) + "'s link listener", it->address,
                         it->hung_up ? "it hung up before its handshake" : "it sent no handshake in time");
       it = pending.erase(it);
       continue;
@@ -212,15 +221,8 @@ void Mesh::serve_incoming(net::Fd& fd) {
 
 net::Fd Mesh::open_to(int peer, auth::Kind kind, int channel, net::Deadline d, auth::LinkKeys* keys) const {
   const PeerInfo& p = peers_[static_cast<std::size_t>(peer)];
-  net::Fd fd = net::connect_to(p.address, p.port, d, who(peer));
-  auth::Claim claim{kind, rank_, peer, channel};
-  if (auth_) {
-    auth::LinkKeys k = auth::connect_handshake(fd.get(), *auth_, claim, d, who(peer));
-    if (keys) *keys = k;
-  } else {
-    auth::send_claim(fd.get(), claim, d, who(peer));
-  }
-  return fd;
+  return auth::connect_authenticated(p.address, p.port, auth_ ? &*auth_ : nullptr, auth::Claim{kind, rank_, peer, channel},
+                                     d, who(peer), keys);
 }
 
 const auth::LinkKeys& Mesh::link_keys(int peer, int channel) const {

@@ -83,6 +83,7 @@ class Mesh {
     net::Fd fd;
     net::Deadline until;
     bool hung_up = false;
+    std::string address;  // auth::peer_address at accept, for logs and make_room's fairness
   };
   void listen_loop();
   void accept_pending(std::deque<Pending>& pending);

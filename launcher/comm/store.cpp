@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "common/error.hpp"
+#include "launcher/comm/admission.hpp"
 #include "launcher/comm/auth.hpp"
 #include "launcher/comm/net.hpp"
 #include "saker/comm.hpp"
@@ -80,12 +81,10 @@ bool store_kind(auth::Kind k) { return k == auth::Kind::store; }
 class TcpStore final : public Store {
  public:
   TcpStore(std::string host, int port, const Options& options)
-      : host_(std::move(host)), port_(port), auth_(auth::context_for(options, auth::job_scope())),
-        fd_(net::connect_to(host_, port_, net::deadline_in(options.timeout), "the rendezvous store")) {
-    auto d = net::deadline_in(options.timeout);
+      : host_(std::move(host)), port_(port), auth_(auth::context_for(options, auth::job_scope())) {
     try {
-      if (auth_) auth::connect_handshake(fd_.get(), *auth_, kStoreClaim, d, describe());
-      else auth::send_claim(fd_.get(), kStoreClaim, d, describe());
+      fd_ = auth::connect_authenticated(host_, port_, auth_ ? &*auth_ : nullptr, kStoreClaim,
+                                        net::deadline_in(options.timeout), describe());
     } catch (const auth::Refused& e) {
       throw Error(explain(describe() + " is not this job's store", e.what(),
                           "another program (perhaps another user's) may hold port " + std::to_string(port_) +
@@ -331,17 +330,23 @@ struct TcpStoreServer::Impl {
     }
     return true;
   }
-  // Drops the oldest stranger that has sent nothing (a rank sends its Hello right after
-  // connecting, so a silent one is not a rank); false when there is none.
+  // Drops a stranger that has sent nothing (a rank sends its Hello right after
+  // connecting, so a silent one is not a rank): the oldest of the host holding the most
+  // (admission.hpp); false when there is none.
   bool make_room(std::vector<std::unique_ptr<Client>>& clients) {
+    std::vector<Client*> silent;
+    std::vector<std::string_view> hosts;
     for (auto& x : clients) {
       if (!x->fd || x->authenticated || x->handshake || !x->in.empty()) continue;
       int n = 0;
       if (ioctl(x->fd.get(), FIONREAD, &n) == 0 && n > 0) continue;
-      drop(*x, "it sent nothing while newer connections needed its place");
-      return true;
+      silent.push_back(x.get());
+      hosts.push_back(admission::host_of(x->address));
     }
-    return false;
+    auto v = admission::victim(hosts);
+    if (!v) return false;
+    drop(*silent[*v], "it sent nothing while newer connections needed its place");
+    return true;
   }
   // Takes what the kernel holds (the listener is non-blocking), so that a flood cannot
   // keep a full backlog in front of a rank's connection.

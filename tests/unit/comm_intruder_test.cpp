@@ -22,6 +22,7 @@
 
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "comm_flood_support.hpp"
 #include "comm_test_support.hpp"
 #include "launcher/comm/net.hpp"
 #ifndef SAKER_TEST_OLD_API
@@ -353,64 +354,13 @@ TEST_CASE("mesh: a silent stranger on a listener holds up no link", "[comm][intr
 }
 #endif
 
-namespace {
-
-// Another process of the attacker's that opens n silent connections to port and holds them
-// until destroyed: its descriptors are its own, as another user's would be (the victim's
-// limit is what the flood tries to exhaust). The child only makes system calls.
-struct SilentFlood {
-  pid_t pid = -1;
-  SilentFlood(int port, int n) {
-    int ready[2];
-    REQUIRE(pipe(ready) == 0);
-    pid = fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      rlimit r{};
-      getrlimit(RLIMIT_NOFILE, &r);
-      r.rlim_cur = std::min<rlim_t>(r.rlim_max, static_cast<rlim_t>(n) + 64);
-      setrlimit(RLIMIT_NOFILE, &r);
-      sockaddr_in sa{};
-      sa.sin_family = AF_INET;
-      sa.sin_port = htons(static_cast<std::uint16_t>(port));
-      sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      int made = 0;
-      for (; made < n; ++made) {
-        int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
-        if (fd < 0 || (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 && errno != EINPROGRESS)) break;
-      }
-      if (write(ready[1], &made, sizeof made) < 0) {}
-      while (true) pause();
-    }
-    close(ready[1]);
-    int made = 0;
-    REQUIRE(read(ready[0], &made, sizeof made) == static_cast<ssize_t>(sizeof made));
-    close(ready[0]);
-    REQUIRE(made == n);
-  }
-  ~SilentFlood() {
-    kill(pid, SIGKILL);
-    waitpid(pid, nullptr, 0);
-  }
-};
-
-// This process's descriptor limit set to soft (what a rank usually has: 1024), restored after.
-struct FdLimit {
-  rlimit old{};
-  explicit FdLimit(rlim_t soft) {
-    getrlimit(RLIMIT_NOFILE, &old);
-    rlimit r = old;
-    r.rlim_cur = std::min(soft, old.rlim_max);
-    setrlimit(RLIMIT_NOFILE, &r);
-  }
-  ~FdLimit() { setrlimit(RLIMIT_NOFILE, &old); }
-};
-
-}  // namespace
 
 // Denial of service (issue 28): 1500 silent connections, more than the store's process has
 // descriptors. The old store took them until accept failed (EMFILE) and a rank's
 // connection waited behind them past its timeout.
+using saker::comm::test::FdLimit;
+using saker::comm::test::SilentFlood;
+
 TEST_CASE("store: a flood of silent strangers exhausts no descriptors and keeps no rank out", "[comm][intruder]") {
   FdLimit limit(1024);
   Options o = test::quick_options();
