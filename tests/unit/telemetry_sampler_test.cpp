@@ -107,12 +107,15 @@ TEST_CASE("sampler: a step with one busy core of two, an idle GPU and a rank in 
 }
 
 TEST_CASE("sampler: no driver on the node", "[telemetry][sampler]") {
+  TempDir empty_proc;  // not the real /proc: where pid_max is 4194304 a pid 999999 may be running
   SamplerConfig c;
   c.info.job = "1";
   c.info.step = "0";
   c.info.node = "n1";
   c.info.cpus = 1;
   c.stepd = 999999;
+  c.proc_root = empty_proc.path().string();
+  c.cgroup_root = (empty_proc / "nocg").string();
   c.gpus = {0};
   c.nvml_library = "/nonexistent/libnvidia-ml.so.1";
   StepSampler s(c);
