@@ -6,7 +6,6 @@
 
 #include <cerrno>
 #include <chrono>
-#include <climits>
 #include <typeinfo>
 #include <condition_variable>
 #include <cstring>
@@ -21,6 +20,7 @@
 #include "ckpt/manifest.hpp"
 #include "common/hash.hpp"
 #include "ckpt/partition.hpp"
+#include "ckpt/pinned_dir.hpp"
 #include "ckpt/provenance.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
@@ -83,64 +83,6 @@ std::string default_run_id(const fs::path& dir, const Options& options) {
   const fs::path canon = fs::weakly_canonical(dir, ec);
   const std::string text = "saker-ckpt run in " + (ec ? dir : canon).string();
   return "dir-" + hash::xxh3_128(text.data(), text.size()).hex().substr(0, 16);
-}
-
-// The checkpoint directory, opened once per save (issue 30: a symlink flipped between the
-// residency check and the write once got a temporary file written in another zone).
-// Following symlinks here is deliberate: a checkpoint directory may legitimately be a
-// symlink, and it is judged by the directory the descriptor refers to (`real`, read back
-// from /proc/self/fd/N), never by the name. Every file of the save is then created, written,
-// sealed, renamed and fsync'ed through `via` = "/proc/self/fd/N": the kernel resolves that
-// magic link to the open directory itself, so nothing anybody renames or relinks afterwards
-// changes where the bytes go. (A path, not openat(), because HDF5 1.x has no "create at this
-// dirfd" call: its sec2 driver opens by name, and the core driver would hold the whole file in
-// memory; a /proc/self/fd/N/NAME path works for HDF5, for our own open/rename/fsync, and
-// for the async writer thread, which shares the descriptor table.)
-struct PinnedDir {
-  int fd = -1;
-  fs::path real;  // where the descriptor leads: what the residency rule judges
-  fs::path via;   // "/proc/self/fd/N": paths under it resolve through the descriptor
-  PinnedDir() = default;
-  PinnedDir(const PinnedDir&) = delete;
-  PinnedDir& operator=(const PinnedDir&) = delete;
-  ~PinnedDir() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
-fs::path fd_target(const fs::path& via) {
-  char buf[PATH_MAX + 1];
-  const ssize_t n = ::readlink(via.c_str(), buf, PATH_MAX);
-  if (n <= 0 || buf[0] != '/') return {};
-  return fs::path(std::string(buf, static_cast<std::size_t>(n)));
-}
-
-std::shared_ptr<PinnedDir> pin_directory(const fs::path& dir) {
-  auto p = std::make_shared<PinnedDir>();
-  p->fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (p->fd < 0)
-    throw Error(explain("cannot open checkpoint directory " + dir.string(), std::strerror(errno),
-                        "check the path and permissions"));
-  p->via = "/proc/self/fd/" + std::to_string(p->fd);
-  p->real = fd_target(p->via);
-  struct stat by_fd{}, by_via{};
-  if (p->real.empty() || ::fstat(p->fd, &by_fd) != 0 || ::stat(p->via.c_str(), &by_via) != 0 ||
-      by_fd.st_dev != by_via.st_dev || by_fd.st_ino != by_via.st_ino)
-    throw Error(explain("cannot tell where checkpoint directory " + dir.string() + " leads",
-                        "/proc/self/fd does not name the opened directory", "mount /proc (saves need it)"));
-  return p;
-}
-
-// After the guard judged `p.real`: the name must still lead to the descriptor's directory,
-// or the guard judged some other directory than the one written to (fail closed).
-void confirm_pinned(const PinnedDir& p, const fs::path& dir) {
-  struct stat by_fd{}, by_name{};
-  if (::fstat(p.fd, &by_fd) != 0 || ::stat(p.real.c_str(), &by_name) != 0 || by_fd.st_dev != by_name.st_dev ||
-      by_fd.st_ino != by_name.st_ino || fd_target(p.via) != p.real)
-    throw DestinationRefused(explain("saker-ckpt: refusing to save to " + dir.string(),
-                                     "the directory moved while its residency was being checked (" + p.real.string() +
-                                         " no longer leads to it)",
-                                     "keep the checkpoint directory and its parents writable by the job's owner only"));
 }
 
 // Errors name the directory the user gave, not /proc/self/fd/N.
@@ -368,30 +310,6 @@ void Checkpointer::check_destination(const State& state) const {
   ckpt::check_destination(*options_.guard, pinned->real, state.lineage, impl_->key.has_value(), state.step);
   confirm_pinned(*pinned, dir_);
 }
-
-namespace {
-
-// Opens the directory once and judges that directory (see PinnedDir).
-std::shared_ptr<PinnedDir> pin_and_check(const fs::path& dir, const Options& options, const State& state, bool encrypted) {
-  auto pinned = pin_directory(dir);
-  if (options.guard) {
-    try {
-      ckpt::check_destination(*options.guard, pinned->real, state.lineage, encrypted, state.step);
-    } catch (const DestinationRefused& e) {
-      // Name the directory the user gave, and where it led when judged.
-      std::string what = e.what();
-      const std::string judged = " to " + pinned->real.string();
-      const auto at = what.find(judged);
-      if (at != std::string::npos && pinned->real != dir)
-        what.replace(at, judged.size(), " to " + dir.string() + " (which leads to " + pinned->real.string() + ")");
-      throw DestinationRefused(what);
-    }
-    confirm_pinned(*pinned, dir);
-  }
-  return pinned;
-}
-
-}  // namespace
 
 SaveReport Checkpointer::save(const State& state) {
   const auto t0 = Clock::now();
