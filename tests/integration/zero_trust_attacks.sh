@@ -170,6 +170,19 @@ as_root_sniff() {  # as_root_sniff NAME IFACE [more]: the runner's capture in th
     local deadline=$((SECONDS + 10))
     while [[ ! -e $CTL/$name.sniff.ready ]] && ((SECONDS < deadline)); do sleep 0.1; done
 }
+# sniff_wait NAME MIN_BYTES [hit]: until the capture has seen MIN_BYTES of TCP payload (and,
+# with "hit", the pattern at least once), or 75 s. A loaded machine runs the job and the
+# capture slowly: the cases wait for what they need to judge, not for a fixed time.
+sniff_wait() {
+    local name=$1 min=$2 need_hit=${3:-} deadline=$((SECONDS + 75)) packets=0 bytes=0 hits=0
+    while ((SECONDS < deadline)); do
+        read -r packets bytes hits 2>/dev/null <"$CTL/$name.sniff.progress" || true
+        if ((${bytes:-0} >= min)) && [[ -z $need_hit || ${hits:-0} -gt 0 ]]; then return 0; fi
+        sleep 0.25
+    done
+    it_log "$name: the capture saw ${bytes:-0} byte(s) and ${hits:-0} pattern hit(s) in 75 s"
+    return 1
+}
 sniff_end() {
     touch "$CTL/$1.sniff-stop"
     wait "$SNIFF_PID" || true
@@ -595,7 +608,8 @@ case_capture() {
     for transit in auth encrypt; do
         as_root_sniff "capture-$transit" zt-ha --pattern "$PATTERN"
         node_job "capture-$transit" "$transit" 10.178.0.2
-        sleep 3
+        if [[ $transit == auth ]]; then sniff_wait "capture-$transit" $((1 << 20)) hit || true
+        else sniff_wait "capture-$transit" $((32 << 20)) || true; fi
         node_job_end "capture-$transit"
         sniff_end "capture-$transit"
         ATK_OUT=$SNIFF_OUT

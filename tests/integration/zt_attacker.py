@@ -594,7 +594,13 @@ def cmd_sniff(args):
     dump = open(args.out + ".dump", "wb") if args.dump_port else None
     open(args.out + ".ready", "w").close()
     deadline = time.time() + args.deadline
+    next_progress = 0.0
     while not os.path.exists(args.stop) and time.time() < deadline:
+        if time.time() > next_progress:  # what was seen so far, for a runner waiting on it
+            with open(args.out + ".progress.tmp", "w") as f:
+                f.write("%d %d %d\n" % (packets, payload_bytes, hits))
+            os.replace(args.out + ".progress.tmp", args.out + ".progress")
+            next_progress = time.time() + 0.25
         if time.time() > rescan:
             listeners |= {p for _, p in tcp_sockets(args.uid)}
             rescan = time.time() + 0.05
