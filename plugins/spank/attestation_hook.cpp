@@ -15,6 +15,8 @@ namespace {
 
 std::string g_path;  // this step's attestation file on this node ("" when none)
 
+}  // namespace
+
 StepIds step_ids(spank_t sp) {
   StepIds ids;
   spank_get_item(sp, S_JOB_ID, &ids.job_id);
@@ -25,7 +27,9 @@ StepIds step_ids(spank_t sp) {
   return ids;
 }
 
-}  // namespace
+std::string stated_audit_log(const Config& config, const std::string& node) {
+  return config.attest_audit_log.empty() ? launch_audit_path(config.state_dir, node) : config.attest_audit_log;
+}
 
 void attest_step(spank_t sp, const Config& config) {
   g_path.clear();
@@ -44,9 +48,8 @@ void attest_step(spank_t sp, const Config& config) {
     std::uint32_t gid = 0;
     spank_get_item(sp, S_JOB_GID, &gid);
     const provenance::SiteKey key = provenance::read_site_key(config.attest_key);
-    const std::string audit_log =
-        config.attest_audit_log.empty() ? launch_audit_path(config.state_dir, node) : config.attest_audit_log;
-    const provenance::Attestation a = build_attestation(ids, *record, node, audit_log, std::time(nullptr));
+    const provenance::Attestation a =
+        build_attestation(ids, *record, node, stated_audit_log(config, node), std::time(nullptr));
     const std::string text = provenance::format_envelope(provenance::sign(a, key));
     const std::string path = attestation_path(config.attest_dir, node, ids.job_id, step_name(ids.step_id));
     if (const std::string problem = write_attestation_file(path, text, gid); !problem.empty()) {

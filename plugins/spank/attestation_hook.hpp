@@ -11,9 +11,16 @@ extern "C" {
 #include <slurm/spank.h>
 }
 
+#include "plugins/spank/attestation_step.hpp"
 #include "plugins/spank/config.hpp"
 
 namespace saker::spank {
+
+// The step's ids as slurmstepd knows them (never the task's environment); also the
+// OpenLineage events' (lineage_hook.hpp).
+StepIds step_ids(spank_t sp);
+// The audit log whose head a step's attestation and lineage events state.
+std::string stated_audit_log(const Config& config, const std::string& node);
 
 // Remote context, slurm_spank_init_post_opt: signs and writes the step's attestation.
 void attest_step(spank_t sp, const Config& config);

@@ -5,7 +5,7 @@
 namespace saker::spank {
 namespace {
 
-const std::string kAcceptedKeys = std::string("accepted: policy=FILE, gpu-affinity=auto|none|explain, omp-bind=none|close|spread, topology=FILE, strict, state-dir=DIR, attest-key=FILE, attest-dir=DIR, attest-audit-log=FILE, ") + kTelemetryKeys;
+const std::string kAcceptedKeys = std::string("accepted: policy=FILE, gpu-affinity=auto|none|explain, omp-bind=none|close|spread, topology=FILE, strict, state-dir=DIR, attest-key=FILE, attest-dir=DIR, attest-audit-log=FILE, openlineage-dir=DIR, openlineage-namespace=NAME, ") + kTelemetryKeys;
 
 std::string need_value(const std::string& arg, const std::string& key, const std::string& value,
                        const std::string& example) {
@@ -51,6 +51,10 @@ Config parse_config(const std::vector<std::string>& args) {
       config.attest_dir = need_value(arg, key, value, "attest-dir=/var/spool/saker-attest");
     } else if (key == "attest-audit-log") {
       config.attest_audit_log = need_value(arg, key, value, "attest-audit-log=/var/log/slurm/saker-audit.log");
+    } else if (key == "openlineage-dir") {
+      config.openlineage_dir = need_value(arg, key, value, "openlineage-dir=/var/spool/saker-openlineage");
+    } else if (key == "openlineage-namespace") {
+      config.openlineage_namespace = need_value(arg, key, value, "openlineage-namespace=slurm://mycluster");
     } else if (key == "strict") {
       if (eq != std::string::npos)
         throw Error(explain("plugstack.conf: bad argument '" + arg + "'", "strict is a flag and takes no value",

@@ -37,6 +37,12 @@ struct Config {
   std::string attest_key;
   std::string attest_dir = "/var/spool/saker-attest";
   std::string attest_audit_log;
+  // OpenLineage RunEvents (lineage_hook.hpp). openlineage-dir=DIR: where each step's START
+  // and COMPLETE/FAIL events are written (root's, not group- or world-writable; files 0640,
+  // group DIR's); empty: none. openlineage-namespace=NAME: the job namespace (the site's
+  // name for this cluster).
+  std::string openlineage_dir;
+  std::string openlineage_namespace = "slurm";
 };
 
 // Parses the plugstack arguments. Throws saker::Error naming the bad argument and

@@ -11,7 +11,8 @@
 // Remote context (slurmstepd): the node's topology is loaded once per step and each
 // task is bound to its GPU, cores, NUMA node and NICs (affinity_step.hpp); with
 // attest-key=, the step's attestation is signed and handed to its tasks
-// (attestation_hook.hpp).
+// (attestation_hook.hpp); with openlineage-dir=, its OpenLineage START and COMPLETE/FAIL
+// events are written (lineage_hook.hpp).
 #include <string>
 #include <vector>
 
@@ -27,6 +28,7 @@ extern "C" {
 #include "plugins/spank/attestation_hook.hpp"
 #include "plugins/spank/config.hpp"
 #include "plugins/spank/job_key.hpp"
+#include "plugins/spank/lineage_hook.hpp"
 #include "plugins/spank/residency_hook.hpp"
 #include "plugins/spank/telemetry_hook.hpp"
 #include "policies/dataset_ref.hpp"
@@ -149,6 +151,7 @@ extern "C" int slurm_spank_init_post_opt(spank_t sp, int /*argc*/, char** /*argv
       case S_CTX_REMOTE:
         saker::spank::residency_prepare(sp, g_state.config, g_state.datasets);
         saker::spank::attest_step(sp, g_state.config);
+        saker::spank::lineage_step_start(sp, g_state.config);
         saker::spank::telemetry_start(sp, g_state.config);
         return saker::spank::affinity_prepare_step(sp, g_state.config);
       default:
@@ -198,11 +201,19 @@ extern "C" int slurm_spank_task_init(spank_t sp, int /*argc*/, char** /*argv*/) 
 }
 
 // Remote context (slurmstepd): telemetry's sampler stops after the node's last task
-// (telemetry_hook.hpp); slurm_spank_exit is its backstop.
+// (telemetry_hook.hpp); slurm_spank_exit is its backstop and writes the step's OpenLineage
+// end event, once every task's exit status is known.
 extern "C" int slurm_spank_task_exit(spank_t sp, int /*argc*/, char** /*argv*/) {
-  return saker::plugin::guarded("slurm_spank_task_exit", 0, [&] { return saker::spank::telemetry_task_exit(sp); });
+  return saker::plugin::guarded("slurm_spank_task_exit", 0, [&] {
+    saker::spank::lineage_task_exit(sp);
+    return saker::spank::telemetry_task_exit(sp);
+  });
 }
 
 extern "C" int slurm_spank_exit(spank_t sp, int /*argc*/, char** /*argv*/) {
-  return saker::plugin::guarded("slurm_spank_exit", 0, [&] { return saker::spank::telemetry_exit(sp); });
+  return saker::plugin::guarded("slurm_spank_exit", 0, [&] {
+    // The step's end event first: its checkpoint listing is bounded (lineage_hook.hpp).
+    if (spank_context() == S_CTX_REMOTE) saker::spank::lineage_step_end();
+    return saker::spank::telemetry_exit(sp);
+  });
 }

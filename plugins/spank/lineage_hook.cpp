@@ -1,0 +1,130 @@
+#include "plugins/spank/lineage_hook.hpp"
+
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <ctime>
+#include <string>
+
+extern "C" {
+#include <slurm/slurm.h>
+}
+
+#include "common/log.hpp"
+#include "plugins/spank/attestation_hook.hpp"
+#include "provenance/openlineage.hpp"
+#include "provenance/openlineage_outputs.hpp"
+
+namespace saker::spank {
+namespace {
+
+namespace ol = provenance::openlineage;
+
+struct Step {
+  bool started = false;  // START was written: the end event follows
+  std::string dir;
+  ol::StepEvent event;
+  std::string ckpt_dir;  // SAKER_CKPT_DIR at launch ("" when unset)
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::int64_t start_unix = 0;
+};
+Step g_step;
+
+std::int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string job_env(spank_t sp, const char* name) {
+  char buf[4096];
+  return spank_getenv(sp, name, buf, sizeof buf) == ESPANK_SUCCESS ? std::string(buf) : std::string();
+}
+
+bool write(const std::string& what) {
+  try {
+    const std::string name = ol::event_file_name(g_step.event);
+    if (const std::string problem = ol::write_event(g_step.dir, name, ol::event_json(g_step.event)); !problem.empty()) {
+      saker::log::error("OpenLineage: " + what + ": " + problem + " (openlineage-dir= in plugstack.conf)");
+      return false;
+    }
+    return true;
+  } catch (const std::exception& e) {
+    saker::log::error("OpenLineage: " + what + ": " + e.what());
+    return false;
+  }
+}
+
+std::string task_failure(int status) {
+  if (WIFSIGNALED(status)) return "killed by signal " + std::to_string(WTERMSIG(status));
+  return "exit code " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : status);
+}
+
+// The START event; throws on a malformed node record.
+void start(spank_t sp, const Config& config) {
+  const StepIds ids = step_ids(sp);
+  if (ids.step_id == SLURM_EXTERN_CONT) return;  // no tasks of the user's
+  const char* node_env = std::getenv("SLURMD_NODENAME");
+  const std::string node = node_env != nullptr ? node_env : "";
+  const std::string what = "step " + std::to_string(ids.job_id) + "." + step_name(ids.step_id);
+  const auto record = read_node_record(node_record_path(config.state_dir, node, ids.job_id));
+  if (!record) {
+    saker::log::error("OpenLineage: " + what + ": node " + node + " has no record of the job (the spank_saker job prolog "
+                      "did not run; set PrologFlags=Alloc in slurm.conf); no events for it");
+    return;
+  }
+  spank_get_item(sp, S_JOB_UID, &g_step.uid);
+  spank_get_item(sp, S_JOB_GID, &g_step.gid);
+  g_step.dir = config.openlineage_dir;
+  g_step.start_unix = std::time(nullptr);
+  g_step.ckpt_dir = job_env(sp, "SAKER_CKPT_DIR");
+  ol::StepEvent& e = g_step.event;
+  e.type = ol::EventType::start;
+  e.time_ms = now_ms();
+  e.job_namespace = config.openlineage_namespace;
+  e.job_name = job_env(sp, "SLURM_JOB_NAME");
+  e.facts = build_attestation(ids, *record, node, stated_audit_log(config, node), g_step.start_unix);
+  g_step.started = write("START of " + what);
+}
+
+}  // namespace
+
+void lineage_step_start(spank_t sp, const Config& config) {
+  g_step = Step{};
+  if (config.openlineage_dir.empty()) return;
+  try {
+    start(sp, config);
+  } catch (const std::exception& e) {
+    g_step.started = false;
+    saker::log::error(std::string("OpenLineage: the step's START event: ") + e.what() + "; no events for this step");
+  }
+}
+
+void lineage_task_exit(spank_t sp) {
+  if (!g_step.started) return;
+  int status = 0;
+  ++g_step.event.tasks;
+  if (spank_get_item(sp, S_TASK_EXIT_STATUS, &status) != ESPANK_SUCCESS) return;
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return;
+  if (g_step.event.failed_tasks++ == 0) g_step.event.error = "a task on " + g_step.event.facts.node + ": " + task_failure(status);
+}
+
+void lineage_step_end() {
+  if (!g_step.started) return;
+  g_step.started = false;
+  ol::StepEvent& e = g_step.event;
+  e.type = e.failed_tasks > 0 ? ol::EventType::fail : ol::EventType::complete;
+  if (e.failed_tasks > 1) e.error += " (" + std::to_string(e.failed_tasks) + " of " + std::to_string(e.tasks) + " tasks failed)";
+  if (g_step.ckpt_dir.empty()) {
+    e.outputs_note = "SAKER_CKPT_DIR was not set in the step's environment: outputs unknown";
+  } else {
+    ol::Listing l = ol::list_checkpoints_as(g_step.ckpt_dir, g_step.uid, g_step.gid, g_step.start_unix, kListMs);
+    e.outputs = std::move(l.outputs);
+    e.outputs_note = std::move(l.note);
+  }
+  e.time_ms = now_ms();
+  e.facts.audit_head = audit_head_text(e.facts.audit_log);  // each event states the head at its time
+  write(std::string(ol::type_name(e.type)) + " of step " + e.facts.job_id + "." + e.facts.step_id);
+}
+
+}  // namespace saker::spank

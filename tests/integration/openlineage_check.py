@@ -1,0 +1,119 @@
+#!/usr/bin/python3
+"""Checks OpenLineage RunEvent files that spank_saker.so wrote (provenance_openlineage.sh).
+
+Usage: openlineage_check.py FILE...
+
+Two checks:
+  1. Saker's own structural check of what OpenLineage's RunEvent requires (written from
+     the specification's semantics, not copied from it): eventType one of OpenLineage's,
+     eventTime an RFC 3339 date-time, producer and schemaURL URIs, run.runId a UUID,
+     job.namespace and job.name, datasets with namespace and name, and every facet with
+     _producer and _schemaURL.
+  2. When SAKER_OPENLINEAGE_SCHEMA names a copy of OpenLineage's published JSON schema
+     (spec/OpenLineage.json of github.com/OpenLineage/OpenLineage; not kept in this tree),
+     validation against it with Debian's python3-jsonschema, formats included. Otherwise
+     it says that it was skipped.
+
+Prints "ok FILE" or "invalid FILE: reason" per file, then "schema: ..." and exits 1 when
+any file is invalid.
+"""
+import json
+import os
+import re
+import sys
+
+EVENT_TYPES = {"START", "RUNNING", "COMPLETE", "ABORT", "FAIL", "OTHER"}
+UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+DATE_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$")
+URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:[^\s]+$")
+
+
+class Invalid(Exception):
+    pass
+
+
+def need(cond, why):
+    if not cond:
+        raise Invalid(why)
+
+
+def text(obj, key, where):
+    need(isinstance(obj, dict), f"{where} is not an object")
+    need(isinstance(obj.get(key), str) and obj[key] != "", f"{where}.{key} is missing or not a non-empty string")
+    return obj[key]
+
+
+def facets(obj, key, where):
+    if key not in obj:
+        return
+    need(isinstance(obj[key], dict), f"{where}.{key} is not an object")
+    for name, facet in obj[key].items():
+        need(not name.startswith("_"), f"{where}.{key}: facet name {name!r} starts with '_'")
+        need(URI.match(text(facet, "_producer", f"{where}.{key}.{name}")), f"{where}.{key}.{name}._producer is not a URI")
+        need(URI.match(text(facet, "_schemaURL", f"{where}.{key}.{name}")), f"{where}.{key}.{name}._schemaURL is not a URI")
+
+
+def datasets(event, key, extra):
+    if key not in event:
+        return
+    need(isinstance(event[key], list), f"{key} is not an array")
+    for i, d in enumerate(event[key]):
+        where = f"{key}[{i}]"
+        text(d, "namespace", where)
+        text(d, "name", where)
+        facets(d, "facets", where)
+        facets(d, extra, where)
+
+
+def structural(event):
+    need(isinstance(event, dict), "the event is not a JSON object")
+    if "eventType" in event:
+        need(event["eventType"] in EVENT_TYPES, f"eventType {event['eventType']!r} is not one of {sorted(EVENT_TYPES)}")
+    need(DATE_TIME.match(text(event, "eventTime", "event")), "eventTime is not an RFC 3339 date-time")
+    need(URI.match(text(event, "producer", "event")), "producer is not a URI")
+    need(URI.match(text(event, "schemaURL", "event")), "schemaURL is not a URI")
+    run = event.get("run")
+    need(UUID.match(text(run, "runId", "run")), "run.runId is not a lower-case UUID")
+    facets(run, "facets", "run")
+    job = event.get("job")
+    text(job, "namespace", "job")
+    text(job, "name", "job")
+    facets(job, "facets", "job")
+    datasets(event, "inputs", "inputFacets")
+    datasets(event, "outputs", "outputFacets")
+
+
+def schema_validator():
+    path = os.environ.get("SAKER_OPENLINEAGE_SCHEMA", "")
+    if not path:
+        return None, "skipped: set SAKER_OPENLINEAGE_SCHEMA to a copy of OpenLineage's spec/OpenLineage.json"
+    import jsonschema  # Debian's python3-jsonschema (scripts/install-deps)
+    with open(path) as f:
+        schema = json.load(f)
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema, format_checker=cls.FORMAT_CHECKER if hasattr(cls, "FORMAT_CHECKER") else jsonschema.FormatChecker()), \
+        f"validated against {path} ({schema.get('$id', 'no $id')})"
+
+
+def main(files):
+    validator, how = schema_validator()
+    bad = 0
+    for path in files:
+        try:
+            with open(path) as f:
+                event = json.load(f)
+            structural(event)
+            if validator is not None:
+                errors = sorted(validator.iter_errors(event), key=lambda e: list(e.path))
+                need(not errors, "; ".join(f"{'/'.join(map(str, e.path))}: {e.message}" for e in errors[:3]))
+            print(f"ok {path}")
+        except (OSError, ValueError, Invalid) as e:
+            bad += 1
+            print(f"invalid {path}: {e}")
+    print(f"schema: {how}")
+    return 1 if bad or not files else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

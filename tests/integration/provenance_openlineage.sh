@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# OpenLineage RunEvents through real Slurm (issue 30 §3): with openlineage-dir= in
+# plugstack.conf, spank_saker.so writes a START event for every step when it starts and a
+# COMPLETE or FAIL event when it ends, with the datasets job_submit admitted as inputs and
+# the checkpoints the step left in $SAKER_CKPT_DIR as outputs. Jobs run as lib.sh's ordinary
+# test user; a second user (saker-mallory) tries to read and plant events.
+#
+# The events are checked structurally (openlineage_check.py), and against OpenLineage's
+# published JSON schema when SAKER_OPENLINEAGE_SCHEMA names a copy of it (not kept here).
+source "$(dirname "$0")/lib.sh"
+it_require_root
+it_tmpdir
+WRITER=$SAKER_BUILDDIR/tests/integration/ckpt_writer
+CHECK="/usr/bin/python3 $SAKER_SRCDIR/tests/integration/openlineage_check.py"
+[[ -x $WRITER ]] || { echo "SKIP: $IT_NAME needs $WRITER (make tests/integration/ckpt_writer)" >&2; exit 77; }
+MALLORY=saker-mallory
+id -u $MALLORY >/dev/null 2>&1 || useradd -M -s /usr/sbin/nologin $MALLORY || { echo "SKIP: cannot create $MALLORY" >&2; exit 77; }
+# The site's collector reads the events through the directory's group.
+getent group saker-lineage >/dev/null || groupadd saker-lineage || { echo "SKIP: cannot create group saker-lineage" >&2; exit 77; }
+
+ol=$IT_TMP/openlineage
+mkdir -m 0750 "$ol" && chgrp saker-lineage "$ol"
+policy=$IT_TMP/policy.yaml
+cp "$SAKER_SRCDIR/tests/data/policy/two_zones.yaml" "$policy"
+it_cluster_up --nodes 1 --gpus-per-node 0 --cpus-per-node 2 --policy "$policy" \
+  --partitions "cpu-ae=saker1" --spank-args "openlineage-dir=$ol openlineage-namespace=slurm://it"
+scontrol update NodeName=saker1 AvailableFeatures=lustre-ae ActiveFeatures=lustre-ae >/dev/null
+# The events state the head of the controller's audit log (job_submit_saker's, beside slurm.conf).
+audit_log=$IT_PREFIX/etc/saker-audit.log
+sed -i "s|openlineage-dir=|attest-audit-log=$audit_log openlineage-dir=|" "$IT_PREFIX/etc/plugstack.conf"
+it_jobs_as_user
+work=$IT_PREFIX/work
+mkdir -p "$work" && chown "$IT_USER:" "$work" && chmod 0700 "$work"
+# field FILE EXPR: a Python expression over the event `e`, printed.
+field() { /usr/bin/python3 -c 'import json,re,sys; e=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$1" "$2"; }
+ev() { echo "$ol/job-$1.$2.saker1.$3.json"; }
+
+# --- a job that trains and saves a checkpoint: START and COMPLETE for its batch step and its step 0.
+job=$(sbatch --parsable -p cpu-ae --dataset=imagenet@2012 -J train-ol -o "$IT_PREFIX/ol-%j.out" \
+  --export=ALL,SAKER_CKPT_DIR="$work/run1" --wrap "srun $WRITER \$SAKER_CKPT_DIR 10")
+assert_eq COMPLETED "$(it_job_wait "$job" 60)" "job $job saves a checkpoint"
+it_wait_for 30 "the controller's audit log has a sealed head" test -s "$audit_log.head"
+ckpt=$work/run1/ckpt-000000000010.h5
+it_wait_for 30 "the batch step's end event is written" test -e "$(ev "$job" batch COMPLETE)"
+for s in batch 0; do
+  for t in START COMPLETE; do
+    assert_rc 0 "step $s has its $t event" -- test -f "$(ev "$job" $s $t)"
+  done
+  start=$(ev "$job" $s START) end=$(ev "$job" $s COMPLETE)
+  assert_eq "$(field "$start" "e['run']['runId']")" "$(field "$end" "e['run']['runId']")" "step $s: START and COMPLETE share the run id"
+  assert_eq "slurm://it $IT_USER.train-ol.$s" "$(field "$end" "e['job']['namespace'] + ' ' + e['job']['name']")" \
+    "step $s: the job is the site's namespace and USER.JOBNAME.STEP"
+  assert_eq "[('imagenet', '2012')]" "$(field "$start" "[(d['name'], d['facets']['version']['datasetVersion']) for d in e['inputs']]")" \
+    "step $s: START names the admitted dataset imagenet@2012 as input"
+  assert_eq "[]" "$(field "$start" "e['outputs']")" "step $s: START has no outputs yet"
+  assert_eq "['$ckpt']" "$(field "$end" "[o['name'] for o in e['outputs']]")" "step $s: COMPLETE names the checkpoint as output"
+  assert_eq "$job $s ae 1 0" "$(field "$end" "' '.join(str(e['run']['facets']['saker_slurm'][k]) for k in ('jobId','stepId','zone','tasks','failedTasks'))")" \
+    "step $s: the Slurm facet states job, step, zone and tasks"
+done
+assert_eq "$audit_log" "$(field "$(ev "$job" 0 COMPLETE)" "e['run']['facets']['saker_slurm']['auditLog']")" \
+  "the Slurm facet names the controller's audit log"
+assert_eq True "$(field "$(ev "$job" 0 COMPLETE)" "bool(re.fullmatch('[0-9]+:[0-9a-f]{64}', e['run']['facets']['saker_slurm']['auditHead']))")" \
+  "the Slurm facet states the audit log's head"
+
+# --- a failing job: its batch step and the failing step give FAIL; the step that saved, COMPLETE.
+fjob=$(sbatch --parsable -p cpu-ae --dataset=imagenet@2012 -J fails -o "$IT_PREFIX/ol-%j.out" \
+  --export=ALL,SAKER_CKPT_DIR="$work/run2" --wrap "srun $WRITER \$SAKER_CKPT_DIR 5; srun false; exit 3")
+assert_eq FAILED "$(it_job_wait "$fjob" 60)" "job $fjob fails"
+it_wait_for 30 "its batch step's FAIL event is written" test -e "$(ev "$fjob" batch FAIL)"
+assert_rc 0 "step 0 (it saved) COMPLETE" -- test -f "$(ev "$fjob" 0 COMPLETE)"
+assert_rc 0 "step 1 (false) FAIL" -- test -f "$(ev "$fjob" 1 FAIL)"
+assert_rc 1 "and no COMPLETE for the failed batch step" -- test -e "$(ev "$fjob" batch COMPLETE)"
+assert_eq "a task on saker1: exit code 3" "$(field "$(ev "$fjob" batch FAIL)" "e['run']['facets']['errorMessage']['message']")" \
+  "the FAIL event's errorMessage facet says why"
+assert_eq "['$work/run2/ckpt-000000000005.h5']" "$(field "$(ev "$fjob" batch FAIL)" "[o['name'] for o in e['outputs']]")" \
+  "a failed step still names the checkpoints it left"
+
+# --- all of them are OpenLineage RunEvents.
+assert_rc 0 "every event passes the structural check${SAKER_OPENLINEAGE_SCHEMA:+ and the published OpenLineage schema}" -- $CHECK "$ol"/*.json
+assert_not_contains "$IT_OUT" "invalid" "none is invalid"
+it_log "$(grep '^schema:' <<<"$IT_OUT")"
+echo '{"eventType":"START","eventTime":"yesterday","run":{"runId":"x"},"job":{"namespace":"n"}}' >"$IT_TMP/bad.json"
+assert_rc 1 "the check itself refuses a malformed event" -- $CHECK "$IT_TMP/bad.json"
+
+# --- the directory and its files: the site's collector group reads, no one else reads or plants.
+assert_eq "640 root saker-lineage" "$(stat -c '%a %U %G' "$(ev "$job" 0 START)")" "events are 0640, root's, group the directory's"
+for u in "$IT_USER" $MALLORY; do
+  assert_rc 1 "$u cannot read an event" -- setpriv --reuid="$u" --regid="$u" --clear-groups cat "$(ev "$job" 0 START)"
+  assert_rc 2 "$u cannot list the directory" -- setpriv --reuid="$u" --regid="$u" --clear-groups ls "$ol"
+  assert_rc 1 "$u cannot plant a file there" -- setpriv --reuid="$u" --regid="$u" --clear-groups touch "$ol/job-999.0.saker1.START.json"
+done
+assert_rc 0 "the job's user cannot read it from inside a job either" -- \
+  srun -p cpu-ae -N1 -n1 bash -c "cat $(ev "$job" 0 START) >/dev/null 2>&1 && echo READ; true"
+assert_not_contains "$IT_OUT" "READ" "(read refused)"
+
+# --- outputs are listed as the job's user: a root-only directory named as SAKER_CKPT_DIR leaks nothing.
+mkdir -m 0700 "$IT_TMP/rootonly" && touch "$IT_TMP/rootonly/ckpt-000000000001.h5" && chown "$IT_USER:" "$IT_TMP/rootonly/ckpt-000000000001.h5"
+assert_rc 0 "a step naming a root-only SAKER_CKPT_DIR runs" -- \
+  srun -p cpu-ae -N1 -n1 --export=ALL,SAKER_CKPT_DIR="$IT_TMP/rootonly" bash -c 'echo "id=$SLURM_JOB_ID"'
+sid=$(ev "$(sed -n 's/^id=//p' <<<"$IT_OUT")" 0 COMPLETE)
+it_wait_for 10 "its end event is written" test -e "$sid"
+assert_eq "[]" "$(field "$sid" "e['outputs']")" "no outputs from a directory the user cannot read"
+assert_contains "$(field "$sid" "e['run']['facets']['saker_slurm']['outputsNote']")" "Permission denied" "and the note says why"
+
+# --- a directory others may write is refused: no events, slurmd's log names it; a planted link is not followed.
+chmod 0777 "$ol"
+echo precious >"$IT_TMP/victim"
+assert_rc 0 "a step with a world-writable event directory still runs" -- srun -p cpu-ae -N1 -n1 true
+it_wait_for 10 "slurmd's log names the directory and the fix" grep -q "OpenLineage: START of step .*$ol.*chmod 0750" "$IT_PREFIX"/log/slurmd-saker*.log
+chmod 0750 "$ol"
+n_before=$(ls "$ol" | wc -l)
+pjob=$(sbatch --parsable --hold -p cpu-ae -J planted -o /dev/null --wrap true)
+ln -s "$IT_TMP/victim" "$ol/job-$pjob.batch.saker1.START.json"  # as if an earlier admin mistake let it in
+scontrol release "$pjob"
+assert_eq COMPLETED "$(it_job_wait "$pjob" 60)" "job $pjob runs beside a planted link"
+it_wait_for 30 "its events are written beside the link" test -e "$ol/job-$pjob.batch.saker1.START.2.json"
+assert_eq precious "$(cat "$IT_TMP/victim")" "the link's target is untouched"
+it_finish
