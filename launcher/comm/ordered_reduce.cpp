@@ -4,7 +4,9 @@
 #include <cstring>
 
 #include "common/error.hpp"
+#include "launcher/comm/reduce.hpp"
 #include "launcher/comm/ring.hpp"
+#include "launcher/comm/shm_ordered.hpp"
 #include "saker/comm.hpp"
 
 namespace saker::comm {
@@ -60,26 +62,46 @@ void fold_segment(const std::vector<const float*>& at, int s, std::size_t len, f
 
 }  // namespace
 
+// Segment s is reduce::combine over the parts from s on (vectorised: this runs on every
+// rank of a small shared-memory sum and on a lone rank, every step): x[s] + x[s+1] + ...
+// left to right, each addition the ring's acc = x[s+k] + acc with its operands swapped,
+// the same bits. combine() lets out alias only its first input; where out is another
+// part, fold_segment (element by element) does that segment.
 void canonical_sum(std::span<const float* const> parts, std::size_t count, float* out) {
   const int n = static_cast<int>(parts.size());
   SAKER_ASSERT(n >= 1, "canonical_sum of no parts");
   const std::vector<std::size_t> seg = Ring::even_split(count, n);
   std::vector<const float*> at(parts.size());
+  std::vector<const void*> ins(parts.size());
+  const bool aliased = std::find(parts.begin(), parts.end(), out) != parts.end();
   for (int s = 0; s < n; ++s) {
-    const std::size_t b = seg[static_cast<std::size_t>(s)];
-    for (std::size_t l = 0; l < parts.size(); ++l) at[l] = parts[l] + b;
-    fold_segment(at, s, seg[static_cast<std::size_t>(s) + 1] - b, out + b);
+    const std::size_t b = seg[static_cast<std::size_t>(s)], len = seg[static_cast<std::size_t>(s) + 1] - b;
+    if (aliased && parts[static_cast<std::size_t>(s)] != out) {
+      for (std::size_t l = 0; l < parts.size(); ++l) at[l] = parts[l] + b;
+      fold_segment(at, s, len, out + b);
+      continue;
+    }
+    for (int k = 0; k < n; ++k) ins[static_cast<std::size_t>(k)] = parts[static_cast<std::size_t>((s + k) % n)] + b;
+    if (len > 0) reduce::combine(out + b, ins.data(), n, len, DataType::f32, ReduceOp::sum);
   }
 }
 
 OrderedReduce::OrderedReduce(Communicator& comm, int logical) : comm_(comm), map_(logical, comm.size()) {
-  // Every rank constructs this with the same L, so every rank switches alike.
-  if (ring_path() && comm.size() > 1) comm.set_transport(Transport::ring);
+  // Every rank constructs this with the same L on the same topology, so every rank
+  // takes the same path.
+  if (ShmOrdered::usable(comm)) shm_ = std::make_unique<ShmOrdered>(comm, map_);
+  else if (ring_path() && comm.size() > 1) comm.set_transport(Transport::ring);
 }
+
+OrderedReduce::~OrderedReduce() = default;
 
 void OrderedReduce::sum(std::span<float* const> parts, std::size_t count, float* out) {
   const int rank = comm_.rank();
   SAKER_ASSERT(static_cast<int>(parts.size()) == map_.count(rank), "contributions do not match the logical map");
+  if (shm_) {
+    shm_->sum(parts, count, out);
+    return;
+  }
   if (ring_path()) {
     if (parts[0] != out) std::memcpy(out, parts[0], count * sizeof(float));
     if (map_.world() > 1) comm_.allreduce(out, count, DataType::f32, ReduceOp::sum);

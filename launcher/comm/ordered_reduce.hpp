@@ -9,10 +9,14 @@
 // for any mapping of workers onto ranks.
 //
 // How it is reached:
-//   - L == world size, one worker per rank: one ring allreduce (the communicator is set
-//     to Transport::ring; shared memory sums in rank order, a different order, which is
-//     why a 4-rank run on one node used to end with another hash than on 4 nodes). The
-//     bytes moved are exactly a ring allreduce's.
+//   - every rank on one node, the communicator on shared memory (its default there):
+//     through a /dev/shm segment of its own (ShmOrdered, shm_ordered.hpp), for any
+//     mapping. The communicator's own shared-memory allreduce sums in rank order, a
+//     different order, which is why a 4-rank run on one node used to end with another
+//     hash than on 4 nodes.
+//   - L == world size, one worker per rank, across nodes (or SAKER_COMM_TRANSPORT=ring):
+//     one ring allreduce (the communicator is set to Transport::ring). The bytes moved
+//     are exactly a ring allreduce's.
 //   - any other mapping (a run shrunk onto fewer ranks than L): rank q owns the canonical
 //     segments of its own logical workers; every rank sends each owner those elements of
 //     each contribution it holds (Communicator::alltoallv), the owner folds them in the
@@ -22,6 +26,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -29,6 +34,7 @@
 namespace saker::comm {
 
 class Communicator;
+class ShmOrdered;
 
 // Which logical workers each rank computes: contiguous blocks in logical order, rank r
 // taking [first(r), first(r) + count(r)); a rank takes none when world > logical.
@@ -55,11 +61,15 @@ void canonical_sum(std::span<const float* const> parts, std::size_t count, float
 // every rank constructs it with the same L and calls sum() with the same count.
 class OrderedReduce {
  public:
-  // Sets comm to Transport::ring when L equals its size (see the top of this file).
+  // Takes shared memory where ShmOrdered::usable(comm); otherwise sets comm to
+  // Transport::ring when L equals its size (see the top of this file).
   OrderedReduce(Communicator& comm, int logical);
+  ~OrderedReduce();
   const LogicalMap& map() const { return map_; }
-  // True when one ring allreduce does it (L == world size).
-  bool ring_path() const { return map_.logical() == map_.world(); }
+  // True when one ring allreduce does it (L == world size, not on shared memory).
+  bool ring_path() const { return !shm_ && map_.logical() == map_.world(); }
+  // True when it goes through the node's shared memory.
+  bool shm_path() const { return shm_ != nullptr; }
   // parts: this rank's map().count(rank) contributions, in logical order, `count` floats
   // each; out (count floats) receives the canonical sum on every rank. On the ring path
   // parts[0] may be out itself (reduced in place).
@@ -70,6 +80,7 @@ class OrderedReduce {
 
   Communicator& comm_;
   LogicalMap map_;
+  std::unique_ptr<ShmOrdered> shm_;
   std::vector<float> send_, recv_, gathered_;
 };
 

@@ -1,10 +1,13 @@
 // The canonical-order sum over logical workers (launcher/comm/ordered_reduce.hpp): the
 // mapping of workers onto ranks, and the sum's bits across world sizes and transports.
 #include <catch2/catch.hpp>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
 #include <vector>
 
@@ -147,4 +150,114 @@ TEST_CASE("ordered reduce: the same bits when the logical workers move onto fewe
     // Sealed links between nodes (Transit::encrypt) carry the same bits.
     for (const auto& got : ordered_over(3, 4, count, false, Transit::encrypt)) CHECK(same_bits(got, want));
   }
+}
+
+namespace {
+
+// This process's segments in /dev/shm (test ranks are threads of one process): what a
+// communicator or an ordered sum failed to remove.
+int segments_left() {
+  const std::string prefix = "saker-" + std::to_string(getpid()) + "-";
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm"))
+    if (e.path().filename().string().rfind(prefix, 0) == 0) ++n;
+  return n;
+}
+
+struct PathSeen {
+  std::mutex mu;
+  int shm = 0, other = 0, transport_changed = 0;
+};
+
+// As ordered_over on one node, recording which path each rank took; with in_place (one
+// worker per rank), the sum overwrites the rank's own contribution.
+std::vector<std::vector<float>> on_one_node(int world, int logical, std::size_t count, PathSeen& seen,
+                                            Transport transport = Transport::automatic, bool in_place = false) {
+  std::vector<std::vector<float>> results(static_cast<std::size_t>(world));
+  Options o = saker::comm::test::quick_options();
+  o.transport = transport;
+  run_ranks(world, [&](Communicator& comm, saker::comm::test::Failures&) {
+    const Transport before = comm.transport();
+    OrderedReduce reduce(comm, logical);
+    {
+      std::lock_guard lock(seen.mu);
+      (reduce.shm_path() ? seen.shm : seen.other) += 1;
+      if (reduce.shm_path() && comm.transport() != before) seen.transport_changed += 1;
+    }
+    const LogicalMap& map = reduce.map();
+    std::vector<std::vector<float>> mine;
+    std::vector<float*> ptrs;
+    for (int j = 0; j < map.count(comm.rank()); ++j) mine.push_back(contribution(map.first(comm.rank()) + j, count));
+    for (auto& m : mine) ptrs.push_back(m.data());
+    std::vector<float> out(count);
+    float* into = in_place ? ptrs[0] : out.data();
+    // Twice: the second sum runs on the slot set the first left for it.
+    for (int round = 0; round < 2; ++round) {
+      if (in_place && round == 1) {
+        const std::vector<float> again = contribution(map.first(comm.rank()), count);
+        std::copy(again.begin(), again.end(), mine[0].begin());  // ptrs[0] stays valid
+      }
+      reduce.sum(ptrs, count, into);
+    }
+    results[static_cast<std::size_t>(comm.rank())] = in_place ? mine[0] : out;
+  }, o);
+  return results;
+}
+
+}  // namespace
+
+TEST_CASE("ordered reduce: through shared memory on one node, the same bits for 1, 2, 3 and 4 ranks",
+          "[comm][ordered][shm]") {
+  // 5 and 4099 floats take the one-barrier path; 70001 one step of chunks; 600001 floats
+  // (150001 a segment for L = 4) several steps, the last one short.
+  for (std::size_t count : {std::size_t{5}, std::size_t{4099}, std::size_t{70001}, std::size_t{600001}}) {
+    for (int logical : {4, 5}) {
+      const std::vector<float> want = reference(logical, count);
+      for (int world : {1, 2, 3, 4}) {
+        INFO("L " << logical << ", world " << world << ", count " << count);
+        PathSeen seen;
+        for (const auto& got : on_one_node(world, logical, count, seen)) CHECK(same_bits(got, want));
+        CHECK(seen.shm == (world > 1 ? world : 0));
+        CHECK(seen.transport_changed == 0);  // the communicator's other calls keep shared memory
+      }
+    }
+    // L == world, summed in place (what saker-train's default run does).
+    INFO("in place, count " << count);
+    PathSeen seen;
+    for (const auto& got : on_one_node(4, 4, count, seen, Transport::automatic, true))
+      CHECK(same_bits(got, reference(4, count)));
+    CHECK(seen.shm == 4);
+  }
+  CHECK(segments_left() == 0);
+}
+
+TEST_CASE("ordered reduce: SAKER_COMM_TRANSPORT=ring keeps the sum off /dev/shm, with the same bits",
+          "[comm][ordered][shm]") {
+  const std::size_t count = 70001;
+  PathSeen seen;
+  for (const auto& got : on_one_node(3, 4, count, seen, Transport::ring)) CHECK(same_bits(got, reference(4, count)));
+  CHECK(seen.shm == 0);
+  CHECK(seen.other == 3);
+}
+
+TEST_CASE("ordered reduce through shared memory: a rank that stops coming is named, nothing stays in /dev/shm",
+          "[comm][ordered][shm]") {
+  std::mutex mu;
+  std::string error;
+  Options o = saker::comm::test::quick_options();
+  o.timeout = std::chrono::milliseconds(1500);
+  run_ranks(2, [&](Communicator& comm, saker::comm::test::Failures&) {
+    OrderedReduce reduce(comm, 2);
+    if (comm.rank() == 1) return;  // never sums: rank 0 waits for it in vain
+    std::vector<float> v(200000, 1.0f);
+    float* parts[1] = {v.data()};
+    try {
+      reduce.sum(parts, v.size(), v.data());
+    } catch (const saker::Error& e) {
+      std::lock_guard lock(mu);
+      error = e.what();
+    }
+  }, o);
+  CHECK_THAT(error, Catch::Contains("rank 1 (host host-node0) did not answer within 1500 ms"));
+  CHECK(segments_left() == 0);
 }
