@@ -18,13 +18,13 @@ namespace saker::provenance::openlineage {
 namespace {
 
 constexpr const char* kProducer = "https://github.com/saker-hpc/saker/tree/v" PACKAGE_VERSION "/plugins/spank";
-// Saker's own facets: their schema lives with the producer (saker(7) describes the fields).
+// Saker's own facets: their JSON schema is provenance/openlineage-facets.json (ours).
 constexpr const char* kSlurmFacetSchema =
-    "https://github.com/saker-hpc/saker/tree/v" PACKAGE_VERSION "/man/man7/saker.7#/$defs/SakerSlurmRunFacet";
+    "https://github.com/saker-hpc/saker/tree/v" PACKAGE_VERSION "/provenance/openlineage-facets.json#/$defs/SakerSlurmRunFacet";
 constexpr const char* kDatasetFacetSchema =
-    "https://github.com/saker-hpc/saker/tree/v" PACKAGE_VERSION "/man/man7/saker.7#/$defs/SakerDatasetInputFacet";
+    "https://github.com/saker-hpc/saker/tree/v" PACKAGE_VERSION "/provenance/openlineage-facets.json#/$defs/SakerDatasetInputFacet";
 constexpr const char* kCheckpointFacetSchema =
-    "https://github.com/saker-hpc/saker/tree/v" PACKAGE_VERSION "/man/man7/saker.7#/$defs/SakerCheckpointOutputFacet";
+    "https://github.com/saker-hpc/saker/tree/v" PACKAGE_VERSION "/provenance/openlineage-facets.json#/$defs/SakerCheckpointOutputFacet";
 constexpr const char* kVersionFacetSchema =
     "https://openlineage.io/spec/facets/1-0-0/DatasetVersionDatasetFacet.json#/$defs/DatasetVersionDatasetFacet";
 constexpr const char* kErrorFacetSchema =

@@ -9,13 +9,15 @@ Two checks:
      eventTime an RFC 3339 date-time, producer and schemaURL URIs, run.runId a UUID,
      job.namespace and job.name, datasets with namespace and name, and every facet with
      _producer and _schemaURL.
-  2. When SAKER_OPENLINEAGE_SCHEMA names a copy of OpenLineage's published JSON schema
+  2. Saker's own facets (saker_slurm, saker_dataset, saker_checkpoint) against Saker's
+     schema for them, provenance/openlineage-facets.json, with python3-jsonschema.
+  3. When SAKER_OPENLINEAGE_SCHEMA names a copy of OpenLineage's published JSON schema
      (spec/OpenLineage.json of github.com/OpenLineage/OpenLineage; not kept in this tree),
      validation against it with Debian's python3-jsonschema, formats included. Otherwise
      it says that it was skipped.
 
-Prints "ok FILE" or "invalid FILE: reason" per file, then "schema: ..." and exits 1 when
-any file is invalid.
+Prints "ok FILE" or "invalid FILE: reason" per file, then "facets: ..." and "schema: ..."
+lines, and exits 1 when any file is invalid.
 """
 import json
 import os
@@ -43,11 +45,15 @@ def text(obj, key, where):
     return obj[key]
 
 
+SEEN_FACETS = []  # (where, facet) of every facet, for the facet schema
+
+
 def facets(obj, key, where):
     if key not in obj:
         return
     need(isinstance(obj[key], dict), f"{where}.{key} is not an object")
     for name, facet in obj[key].items():
+        SEEN_FACETS.append((f"{where}.{key}.{name}", facet))
         need(not name.startswith("_"), f"{where}.{key}: facet name {name!r} starts with '_'")
         need(URI.match(text(facet, "_producer", f"{where}.{key}.{name}")), f"{where}.{key}.{name}._producer is not a URI")
         need(URI.match(text(facet, "_schemaURL", f"{where}.{key}.{name}")), f"{where}.{key}.{name}._schemaURL is not a URI")
@@ -96,14 +102,44 @@ def schema_validator():
         f"validated against {path} ({schema.get('$id', 'no $id')})"
 
 
+FACETS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "provenance", "openlineage-facets.json")
+MARK = "/provenance/openlineage-facets.json#/$defs/"
+
+
+def saker_facets(counter):
+    """Validates the Saker facets seen in this event against Saker's own schema."""
+    try:
+        import jsonschema
+    except ImportError:
+        return "skipped: no python3-jsonschema (scripts/install-deps)"
+    with open(FACETS) as f:
+        defs = json.load(f)["$defs"]
+    for where, facet in SEEN_FACETS:
+        url = facet.get("_schemaURL", "")
+        if MARK not in url:
+            continue
+        name = url.split(MARK, 1)[1]
+        need(name in defs, f"{where}: _schemaURL names {name}, which {FACETS} does not define")
+        v = jsonschema.Draft202012Validator({"$ref": f"#/$defs/{name}", "$defs": defs},
+                                            format_checker=jsonschema.FormatChecker())
+        errors = list(v.iter_errors(facet))
+        need(not errors, f"{where}: " + "; ".join(e.message for e in errors[:3]))
+        counter[0] += 1
+    return None
+
+
 def main(files):
     validator, how = schema_validator()
     bad = 0
+    counter = [0]
+    facets_how = None
     for path in files:
         try:
             with open(path) as f:
                 event = json.load(f)
+            SEEN_FACETS.clear()
             structural(event)
+            facets_how = saker_facets(counter) or facets_how
             if validator is not None:
                 errors = sorted(validator.iter_errors(event), key=lambda e: list(e.path))
                 need(not errors, "; ".join(f"{'/'.join(map(str, e.path))}: {e.message}" for e in errors[:3]))
@@ -111,6 +147,7 @@ def main(files):
         except (OSError, ValueError, Invalid) as e:
             bad += 1
             print(f"invalid {path}: {e}")
+    print(f"facets: {facets_how or f'{counter[0]} Saker facets validated against provenance/openlineage-facets.json'}")
     print(f"schema: {how}")
     return 1 if bad or not files else 0
 

@@ -78,9 +78,13 @@ assert_eq "['$work/run2/ckpt-000000000005.h5']" "$(field "$(ev "$fjob" batch FAI
 # --- all of them are OpenLineage RunEvents.
 assert_rc 0 "every event passes the structural check${SAKER_OPENLINEAGE_SCHEMA:+ and the published OpenLineage schema}" -- $CHECK "$ol"/*.json
 assert_not_contains "$IT_OUT" "invalid" "none is invalid"
-it_log "$(grep '^schema:' <<<"$IT_OUT")"
+assert_contains "$IT_OUT" "Saker facets validated against provenance/openlineage-facets.json" "Saker's facets match Saker's schema for them"
+it_log "$(grep '^facets:\|^schema:' <<<"$IT_OUT")"
 echo '{"eventType":"START","eventTime":"yesterday","run":{"runId":"x"},"job":{"namespace":"n"}}' >"$IT_TMP/bad.json"
 assert_rc 1 "the check itself refuses a malformed event" -- $CHECK "$IT_TMP/bad.json"
+sed 's/"zone":"ae"/"zone":7/' "$(ev "$job" 0 START)" >"$IT_TMP/badfacet.json"
+assert_rc 1 "and a Saker facet that breaks its schema" -- $CHECK "$IT_TMP/badfacet.json"
+assert_contains "$IT_OUT" "saker_slurm: 7 is not of type 'string'" "naming the field"
 
 # --- the directory and its files: the site's collector group reads, no one else reads or plants.
 assert_eq "640 root saker-lineage" "$(stat -c '%a %U %G' "$(ev "$job" 0 START)")" "events are 0640, root's, group the directory's"
