@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <ctime>
 
 namespace saker::provenance::openlineage {
 namespace {
@@ -54,7 +55,8 @@ void walk(Walk& w, int dfd, const std::string& rel, bool descend) {
     if (S_ISDIR(st.st_mode) && descend) {
       const int sub = ::openat(::dirfd(d), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
       if (sub >= 0) walk(w, sub, name + "/", false);
-    } else if (S_ISREG(st.st_mode) && is_checkpoint_name(name) && st.st_uid == w.owner && st.st_mtime >= w.since) {
+    } else if (S_ISREG(st.st_mode) && is_checkpoint_name(name) && st.st_uid == w.owner &&
+               st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec >= w.since) {
       if (w.out.outputs.size() == kMaxOutputs) {
         w.out.note = "more than " + std::to_string(kMaxOutputs) + " checkpoints: the rest are not listed";
         break;
@@ -114,21 +116,27 @@ bool is_checkpoint_name(std::string_view name) {
   return std::all_of(name.begin() + 5, name.begin() + 17, [](char c) { return c >= '0' && c <= '9'; });
 }
 
-Listing list_checkpoints(const std::string& dir, uid_t owner, std::int64_t since_unix) {
+std::int64_t step_start_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+  return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+Listing list_checkpoints(const std::string& dir, uid_t owner, std::int64_t since_ns) {
   if (dir.empty() || dir[0] != '/') return {{}, "the checkpoint directory '" + dir + "' is not an absolute path: outputs unknown"};
   const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
   if (dfd < 0) return {{}, "cannot list the checkpoint directory " + dir + ": " + std::strerror(errno)};
   Walk w;
   w.owner = owner;
-  w.since = since_unix;
+  w.since = since_ns;
   w.dir = dir.size() > 1 && dir.back() == '/' ? dir.substr(0, dir.size() - 1) : dir;
   walk(w, dfd, "", true);
   std::sort(w.out.outputs.begin(), w.out.outputs.end(), [](const Output& a, const Output& b) { return a.path < b.path; });
   return w.out;
 }
 
-Listing list_checkpoints_as(const std::string& dir, uid_t uid, gid_t gid, std::int64_t since_unix, int timeout_ms) {
-  return list_in_child(dir, uid, gid, timeout_ms, [&] { return list_checkpoints(dir, uid, since_unix); });
+Listing list_checkpoints_as(const std::string& dir, uid_t uid, gid_t gid, std::int64_t since_ns, int timeout_ms) {
+  return list_in_child(dir, uid, gid, timeout_ms, [&] { return list_checkpoints(dir, uid, since_ns); });
 }
 
 Listing list_in_child(const std::string& dir, uid_t uid, gid_t gid, int timeout_ms, const std::function<Listing()>& list) {

@@ -39,12 +39,17 @@ struct Listing {
 bool is_checkpoint_name(std::string_view name);
 
 // In this process: DIR and its direct subdirectories (links are not followed), regular
-// files named like checkpoints, owned by `owner`, modified at or after `since_unix`.
-Listing list_checkpoints(const std::string& dir, uid_t owner, std::int64_t since_unix);
+// files named like checkpoints, owned by `owner`, modified at or after `since_ns` (Unix
+// nanoseconds: a checkpoint an earlier step wrote in the same second is not this step's).
+Listing list_checkpoints(const std::string& dir, uid_t owner, std::int64_t since_ns);
 
 // The same in a child running as uid/gid (the caller must be root, or be uid already),
 // waited for at most `timeout_ms`; past it the child is abandoned and the note says so.
-Listing list_checkpoints_as(const std::string& dir, uid_t uid, gid_t gid, std::int64_t since_unix, int timeout_ms);
+Listing list_checkpoints_as(const std::string& dir, uid_t uid, gid_t gid, std::int64_t since_ns, int timeout_ms);
+
+// Now, in Unix nanoseconds, from the clock file systems stamp modification times with
+// (CLOCK_REALTIME_COARSE): a file written after this call never has an earlier mtime.
+std::int64_t step_start_ns();
 
 // The mechanics of the above, exposed for tests: runs `list` in the child as uid/gid.
 Listing list_in_child(const std::string& dir, uid_t uid, gid_t gid, int timeout_ms, const std::function<Listing()>& list);

@@ -29,6 +29,7 @@ struct Step {
   uid_t uid = 0;
   gid_t gid = 0;
   std::int64_t start_unix = 0;
+  std::int64_t start_ns = 0;  // for the checkpoint listing (step_start_ns)
 };
 Step g_step;
 
@@ -76,6 +77,7 @@ void start(spank_t sp, const Config& config) {
   spank_get_item(sp, S_JOB_UID, &g_step.uid);
   spank_get_item(sp, S_JOB_GID, &g_step.gid);
   g_step.dir = config.openlineage_dir;
+  g_step.start_ns = ol::step_start_ns();
   g_step.start_unix = std::time(nullptr);
   g_step.ckpt_dir = job_env(sp, "SAKER_CKPT_DIR");
   ol::StepEvent& e = g_step.event;
@@ -118,7 +120,7 @@ void lineage_step_end() {
   if (g_step.ckpt_dir.empty()) {
     e.outputs_note = "SAKER_CKPT_DIR was not set in the step's environment: outputs unknown";
   } else {
-    ol::Listing l = ol::list_checkpoints_as(g_step.ckpt_dir, g_step.uid, g_step.gid, g_step.start_unix, kListMs);
+    ol::Listing l = ol::list_checkpoints_as(g_step.ckpt_dir, g_step.uid, g_step.gid, g_step.start_ns, kListMs);
     e.outputs = std::move(l.outputs);
     e.outputs_note = std::move(l.note);
   }

@@ -33,10 +33,12 @@ ol::StepEvent sample_event(ol::EventType type) {
   return e;
 }
 
-void touch(const std::filesystem::path& p, std::int64_t mtime) {
+constexpr std::int64_t kNs = 1000000000;
+
+void touch(const std::filesystem::path& p, std::int64_t mtime, long nsec = 0) {
   std::ofstream(p) << "x";
-  const timeval tv[2] = {{static_cast<time_t>(mtime), 0}, {static_cast<time_t>(mtime), 0}};
-  ::utimes(p.c_str(), tv);
+  const timespec ts[2] = {{static_cast<time_t>(mtime), nsec}, {static_cast<time_t>(mtime), nsec}};
+  ::utimensat(AT_FDCWD, p.c_str(), ts, 0);
 }
 
 }  // namespace
@@ -194,12 +196,13 @@ TEST_CASE("openlineage: the checkpoints a step wrote, and nothing else", "[openl
   touch(dir / "ckpt-000000000010.h5", start + 5);
   touch(dir / "ckpt-000000000020.h5", start);
   touch(dir / "ckpt-000000000005.h5", start - 100);  // an earlier step's
+  touch(dir / "ckpt-000000000006.h5", start - 1, 900000000);  // the previous step's, 0.1 s before
   touch(dir / "ckpt-000000000010.shard-00001.h5", start + 5);
   touch(dir / "elastic/ckpt-000000000003.h5", start + 1);
   touch(dir / "deep/er/ckpt-000000000004.h5", start + 1);  // two levels down: not looked at
   REQUIRE(::symlink((dir / "ckpt-000000000010.h5").c_str(), (dir / "ckpt-000000000099.h5").c_str()) == 0);
   REQUIRE(::symlink(dir.c_str(), (dir / "loop").c_str()) == 0);
-  const ol::Listing l = ol::list_checkpoints(dir.string() + "/", ::geteuid(), start);
+  const ol::Listing l = ol::list_checkpoints(dir.string() + "/", ::geteuid(), start * kNs);
   CHECK(l.note == "");
   REQUIRE(l.outputs.size() == 3);
   CHECK(l.outputs[0].path == (dir / "ckpt-000000000010.h5").string());
@@ -208,12 +211,20 @@ TEST_CASE("openlineage: the checkpoints a step wrote, and nothing else", "[openl
   CHECK(l.outputs[1].path == (dir / "ckpt-000000000020.h5").string());
   CHECK(l.outputs[2].path == (dir / "elastic/ckpt-000000000003.h5").string());
   // Files of another owner are not the job's.
-  CHECK(ol::list_checkpoints(dir.string(), ::geteuid() + 1, start).outputs.empty());
-  CHECK_THAT(ol::list_checkpoints("relative/dir", ::geteuid(), start).note, Catch::Contains("not an absolute path"));
-  CHECK_THAT(ol::list_checkpoints((tmp / "none").string(), ::geteuid(), start).note, Catch::Contains("cannot list"));
+  CHECK(ol::list_checkpoints(dir.string(), ::geteuid() + 1, start * kNs).outputs.empty());
+  CHECK_THAT(ol::list_checkpoints("relative/dir", ::geteuid(), start * kNs).note, Catch::Contains("not an absolute path"));
+  CHECK_THAT(ol::list_checkpoints((tmp / "none").string(), ::geteuid(), start * kNs).note, Catch::Contains("cannot list"));
+  // A step that started within a second of another's checkpoint: not its output.
+  CHECK(ol::list_checkpoints(dir.string(), ::geteuid(), (start + 5) * kNs + 1).outputs.size() == 0);
+  CHECK(ol::list_checkpoints(dir.string(), ::geteuid(), (start + 5) * kNs).outputs.size() == 1);
+  // A file written after step_start_ns() is never dated before it (the same coarse clock).
+  const std::int64_t now = ol::step_start_ns();
+  std::filesystem::create_directories(tmp / "fresh");
+  std::ofstream(tmp / "fresh/ckpt-000000000001.h5") << "x";
+  CHECK(ol::list_checkpoints((tmp / "fresh").string(), ::geteuid(), now).outputs.size() == 1);
 
   // Through a child process (as the caller's own uid here), and its report read back.
-  const ol::Listing child = ol::list_checkpoints_as(dir.string(), ::geteuid(), ::getegid(), start, 10000);
+  const ol::Listing child = ol::list_checkpoints_as(dir.string(), ::geteuid(), ::getegid(), start * kNs, 10000);
   CHECK(child.note == "");
   CHECK(child.outputs == l.outputs);
 }
@@ -229,8 +240,8 @@ TEST_CASE("openlineage attack: the listing sees only what the job's user may see
   touch(file, 1700000001);
   REQUIRE(::chown(file.c_str(), nobody, nobody) == 0);
   // Root itself would list it; the child, running as the user, cannot enter the directory.
-  CHECK(ol::list_checkpoints(tmp.path().string(), nobody, 1700000000).outputs.size() == 1);
-  const ol::Listing l = ol::list_checkpoints_as(tmp.path().string(), nobody, nobody, 1700000000, 10000);
+  CHECK(ol::list_checkpoints(tmp.path().string(), nobody, 1700000000 * kNs).outputs.size() == 1);
+  const ol::Listing l = ol::list_checkpoints_as(tmp.path().string(), nobody, nobody, 1700000000 * kNs, 10000);
   CHECK(l.outputs.empty());
   CHECK_THAT(l.note, Catch::Contains("Permission denied"));
 }
