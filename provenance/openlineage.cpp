@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -107,6 +108,21 @@ const char* type_name(EventType t) {
     case EventType::fail: return "FAIL";
   }
   return "OTHER";
+}
+
+void record_task_exit(StepEvent& e, int status) {
+  ++e.tasks;
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return;
+  if (e.failed_tasks++ > 0) return;
+  e.error = "a task on " + e.facts.node + ": " +
+            (WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status))
+                                 : "exit code " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : status));
+}
+
+void finish(StepEvent& e, std::int64_t time_ms) {
+  e.type = e.failed_tasks > 0 ? EventType::fail : EventType::complete;
+  if (e.failed_tasks > 1) e.error += " (" + std::to_string(e.failed_tasks) + " of " + std::to_string(e.tasks) + " tasks failed)";
+  e.time_ms = time_ms;
 }
 
 std::string run_id(const std::string& job_namespace, const Attestation& a) {

@@ -53,6 +53,12 @@ struct StepEvent {
   std::string error;         // FAIL: what failed, for the errorMessage facet
 };
 
+// A task of the step on this node ended with wait(2) status `status`: counted, and a
+// failure (non-zero exit, a signal) described in `error` (the first; later ones counted).
+void record_task_exit(StepEvent& e, int status);
+// Turns the START event into the step's end event: FAIL when a task failed, else COMPLETE.
+void finish(StepEvent& e, std::int64_t time_ms);
+
 // The step's run id: a UUID (RFC 9562 version 8, name-based on SHA-256) of the namespace,
 // job id and step, so every node computes the same one without talking to the others.
 std::string run_id(const std::string& job_namespace, const Attestation& facts);

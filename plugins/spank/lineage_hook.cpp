@@ -1,7 +1,5 @@
 #include "plugins/spank/lineage_hook.hpp"
 
-#include <sys/wait.h>
-
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
@@ -56,11 +54,6 @@ bool write(const std::string& what) {
   }
 }
 
-std::string task_failure(int status) {
-  if (WIFSIGNALED(status)) return "killed by signal " + std::to_string(WTERMSIG(status));
-  return "exit code " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : status);
-}
-
 // The START event; throws on a malformed node record.
 void start(spank_t sp, const Config& config) {
   const StepIds ids = step_ids(sp);
@@ -105,18 +98,15 @@ void lineage_step_start(spank_t sp, const Config& config) {
 void lineage_task_exit(spank_t sp) {
   if (!g_step.started) return;
   int status = 0;
-  ++g_step.event.tasks;
-  if (spank_get_item(sp, S_TASK_EXIT_STATUS, &status) != ESPANK_SUCCESS) return;
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return;
-  if (g_step.event.failed_tasks++ == 0) g_step.event.error = "a task on " + g_step.event.facts.node + ": " + task_failure(status);
+  // A status slurmstepd cannot give counts as a success: FAIL only on a failure it saw.
+  if (spank_get_item(sp, S_TASK_EXIT_STATUS, &status) != ESPANK_SUCCESS) status = 0;
+  ol::record_task_exit(g_step.event, status);
 }
 
 void lineage_step_end() {
   if (!g_step.started) return;
   g_step.started = false;
   ol::StepEvent& e = g_step.event;
-  e.type = e.failed_tasks > 0 ? ol::EventType::fail : ol::EventType::complete;
-  if (e.failed_tasks > 1) e.error += " (" + std::to_string(e.failed_tasks) + " of " + std::to_string(e.tasks) + " tasks failed)";
   if (g_step.ckpt_dir.empty()) {
     e.outputs_note = "SAKER_CKPT_DIR was not set in the step's environment: outputs unknown";
   } else {
@@ -124,7 +114,7 @@ void lineage_step_end() {
     e.outputs = std::move(l.outputs);
     e.outputs_note = std::move(l.note);
   }
-  e.time_ms = now_ms();
+  ol::finish(e, now_ms());
   e.facts.audit_head = audit_head_text(e.facts.audit_log);  // each event states the head at its time
   write(std::string(ol::type_name(e.type)) + " of step " + e.facts.job_id + "." + e.facts.step_id);
 }

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/time.h>
+#include <csignal>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -86,6 +87,30 @@ TEST_CASE("openlineage: end events carry the checkpoints, the task counts and, o
   CHECK_THAT(j, Catch::Contains("\"eventType\":\"FAIL\""));
   CHECK_THAT(j, Catch::Contains("\"failedTasks\":1,\"outputsNote\":\"more than 1000 checkpoints: the rest are not listed\"}"));
   CHECK_THAT(j, Catch::Contains("\"message\":\"a task on saker1: exit code 3\",\"programmingLanguage\":\"unknown\"}"));
+}
+
+TEST_CASE("openlineage: the end event is FAIL when a task failed, and says which", "[openlineage]") {
+  ol::StepEvent e = sample_event(ol::EventType::start);
+  ol::record_task_exit(e, 0);             // exit 0
+  ol::record_task_exit(e, 0);
+  ol::finish(e, 1700000005000);
+  CHECK(e.type == ol::EventType::complete);
+  CHECK(e.tasks == 2);
+  CHECK(e.failed_tasks == 0);
+  CHECK(e.error.empty());
+  CHECK(e.time_ms == 1700000005000);
+  ol::StepEvent f = sample_event(ol::EventType::start);
+  ol::record_task_exit(f, 3 << 8);        // exit 3
+  ol::record_task_exit(f, SIGKILL);       // killed
+  ol::record_task_exit(f, 0);
+  ol::finish(f, 1700000005000);
+  CHECK(f.type == ol::EventType::fail);
+  CHECK(f.error == "a task on saker1: exit code 3 (2 of 3 tasks failed)");
+  ol::StepEvent k = sample_event(ol::EventType::start);
+  ol::record_task_exit(k, SIGTERM);
+  ol::finish(k, 0);
+  CHECK(k.error == "a task on saker1: killed by signal 15");
+  CHECK_THAT(ol::event_json(k), Catch::Contains("\"errorMessage\""));
 }
 
 TEST_CASE("openlineage: the run id is a UUID, the same for a step everywhere, another for another step", "[openlineage]") {
