@@ -52,6 +52,14 @@ Declared declare(Kind kind, DataType type, std::uint64_t param, const std::vecto
 
 // Collective over ring (every member, in ring order = rank order): every rank's declaration.
 std::vector<Declared> gather(Ring& ring, const Declared& mine);
+// The same over any allgather of equal-sized byte rows among n ranks in rank order (the
+// node's shared memory, when the data goes that way too).
+using Allgather = std::function<void(const void* send, void* recv, std::size_t bytes)>;
+std::vector<Declared> gather(int n, const Allgather& allgather, const Declared& mine);
+// On the communicator's user channel, the way its alltoall's data goes (alltoall.cpp): the
+// node's shared memory when every rank is on it, else the ring. Every collective that
+// declares must gather the same way, or a rank in one would wait for a rank in the other.
+std::vector<Declared> gather(Communicator::Impl& impl, const Declared& mine);
 
 // "" when the ranks agree, else why not (the same text on every rank).
 std::string alltoall_verdict(const std::vector<Declared>& all);

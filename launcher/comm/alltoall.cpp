@@ -1,6 +1,7 @@
 // Horovod's alltoall (MPI_Alltoallv): the ranks first agree on what moves (agree.hpp),
-// then every pair exchanges its rows directly, all pairs at once, over the links the
-// ring uses (one socket per direction, sealed frames under Transit::encrypt).
+// then every pair exchanges its rows directly: inside one node through the shared-memory
+// segment (transport shm), else all pairs at once over the links the ring uses (one
+// socket per direction, sealed frames under Transit::encrypt).
 #include <algorithm>
 #include <cstring>
 
@@ -55,57 +56,194 @@ std::vector<std::size_t> bytes_of(const std::vector<std::size_t>& rows, std::siz
   return b;
 }
 
-// The ranks' verdict on their declarations (throws agree::Mismatch on every rank
-// alike), then what this rank receives from each rank.
-std::vector<std::size_t> agreed_receive(const std::vector<agree::Declared>& all, int rank, const std::string& name) {
-  std::string why = agree::alltoall_verdict(all);
-  if (!why.empty()) agree::refuse("alltoall", name, why);
-  std::vector<std::size_t> rows(all.size());
-  for (std::size_t i = 0; i < all.size(); ++i) rows[i] = static_cast<std::size_t>(all[i].a[static_cast<std::size_t>(rank)]);
-  return rows;
+// What the ranks agreed: the rows this rank receives from each rank, and the most rows
+// any rank sends another (the shared-memory path's round count, the same on every rank);
+// or why they refuse (the same text on every rank).
+struct Agreed {
+  std::string refused;
+  std::vector<std::size_t> recv_rows;
+  std::size_t max_pair_rows = 0;
+};
+
+Agreed agreed(const std::vector<agree::Declared>& all, int rank) {
+  Agreed a;
+  a.refused = agree::alltoall_verdict(all);
+  if (!a.refused.empty()) return a;
+  a.recv_rows.resize(all.size());
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    a.recv_rows[i] = static_cast<std::size_t>(all[i].a[static_cast<std::size_t>(rank)]);
+    for (std::size_t j = 0; j < all.size(); ++j)
+      if (j != i) a.max_pair_rows = std::max(a.max_pair_rows, static_cast<std::size_t>(all[i].a[j]));
+  }
+  return a;
 }
 
 // A mismatch is the caller's error, found before any data moved: it must not mark the
-// communicator broken (run_guarded does that to every other failure), so the
-// declarations are exchanged in one guarded step and judged outside it.
-std::vector<std::size_t> declare_and_judge(Communicator::Impl& impl, const agree::Declared& mine, const std::string& name) {
-  std::vector<agree::Declared> all;
-  impl.run_sync([&] { all = agree::gather(impl.user->ring(), mine); });
-  return agreed_receive(all, impl.where.rank, name);
+// communicator broken (run_guarded does that to every other failure), so it is thrown
+// outside the guarded step (agree::Mismatch; the asynchronous form fails only its handle).
+void refuse_if(const Agreed& a, const std::string& name) {
+  if (!a.refused.empty()) agree::refuse("alltoall", name, a.refused);
+}
+
+// Counts this rank knows both ways: declarations and data in one step. Inside one node the
+// declarations ride in the first round's barrier (ShmGroup::alltoallv_start), so a small
+// alltoall costs one barrier; a rank whose counts are unusable publishes no data, and
+// nothing is copied out before every rank has judged every declaration.
+Agreed exchange_known(Communicator::Impl& impl, const agree::Declared& mine, const void* send,
+                      const std::vector<std::size_t>& send_rows, void* recv, const std::vector<std::size_t>& recv_rows,
+                      std::size_t row_bytes) {
+  const auto* in = static_cast<const char*>(send);
+  auto* out = static_cast<char*>(recv);
+  if (ShmGroup* shm = impl.user->shm_for(impl.transport)) {
+    const std::vector<std::size_t> sb = mine.problem == agree::kNone ? bytes_of(send_rows, row_bytes) : std::vector<std::size_t>{};
+    Agreed a = agreed(agree::gather(impl.where.size, [&](const void* head, void* heads, std::size_t bytes) {
+      shm->alltoallv_start(head, bytes, heads, in, sb);
+    }, mine), impl.where.rank);
+    if (a.refused.empty()) shm->alltoallv_finish(in, sb, out, bytes_of(recv_rows, row_bytes), a.max_pair_rows * row_bytes);
+    return a;
+  }
+  Agreed a = agreed(agree::gather(impl.user->ring(), mine), impl.where.rank);
+  if (a.refused.empty()) impl.user->ring().alltoallv(in, bytes_of(send_rows, row_bytes), out, bytes_of(recv_rows, row_bytes));
+  return a;
 }
 
 }  // namespace
+
+// Inside one node the declarations take one barrier on the shared memory instead of a
+// round trip over TCP: for small alltoalls that round trip is most of the time.
+std::vector<agree::Declared> agree::gather(Communicator::Impl& impl, const Declared& mine) {
+  if (ShmGroup* shm = impl.user->shm_for(impl.transport))
+    return gather(impl.where.size, [shm](const void* s, void* r, std::size_t b) { shm->allgather(s, r, b); }, mine);
+  return gather(impl.user->ring(), mine);
+}
+
+// Between the members of one node, through the segment (shm.hpp): each round a member
+// copies up to one share per peer into its slot, and after the barrier copies its share
+// out of every peer's slot. Shares are whole cache lines, so no two members write one; the
+// peer at distance d (1..n-1) up the members uses share d-1, on both sides.
+std::size_t ShmGroup::alltoall_share(std::size_t head_bytes) const {
+  const std::size_t share = (slot_bytes_ - head_bytes) / static_cast<std::size_t>(size() - 1) / 64 * 64;
+  SAKER_ASSERT(share > 0, "shm alltoallv: slots too small for the members");
+  return share;
+}
+
+namespace {
+std::vector<std::size_t> offsets_of(const std::vector<std::size_t>& bytes) {
+  std::vector<std::size_t> at(bytes.size());
+  for (std::size_t j = 0, o = 0; j < at.size(); o += bytes[j], ++j) at[j] = o;
+  return at;
+}
+}  // namespace
+
+void ShmGroup::alltoall_publish(int set, std::size_t head, const char* send, const std::vector<std::size_t>& send_bytes,
+                                const std::vector<std::size_t>& at, std::size_t done) {
+  const int n = size();
+  const std::size_t share = alltoall_share(head);
+  char* mine = slot(0, set, index_) + head;
+  for (int d = 1; d < n; ++d) {
+    const auto j = static_cast<std::size_t>((index_ + d) % n);
+    const std::size_t b = std::min(send_bytes[j], done), e = std::min(send_bytes[j], done + share);
+    if (e > b) std::memcpy(mine + static_cast<std::size_t>(d - 1) * share, send + at[j] + b, e - b);
+  }
+}
+
+void ShmGroup::alltoall_collect(int set, std::size_t head, char* recv, const std::vector<std::size_t>& recv_bytes,
+                                const std::vector<std::size_t>& at, std::size_t done) {
+  const int n = size();
+  const std::size_t share = alltoall_share(head);
+  for (int d = 1; d < n; ++d) {
+    const int i = (index_ - d + n) % n;
+    const auto u = static_cast<std::size_t>(i);
+    const std::size_t b = std::min(recv_bytes[u], done), e = std::min(recv_bytes[u], done + share);
+    if (e > b) std::memcpy(recv + at[u] + b, slot(0, set, i) + head + static_cast<std::size_t>(d - 1) * share, e - b);
+  }
+}
+
+// started: alltoallv_start published the first round, in the set before the current one.
+void ShmGroup::alltoall_rounds(const char* send, const std::vector<std::size_t>& send_bytes, char* recv,
+                               const std::vector<std::size_t>& recv_bytes, std::size_t max_pair, std::size_t head,
+                               bool started) {
+  const int n = size();
+  SAKER_ASSERT(send_bytes.size() == static_cast<std::size_t>(n) && recv_bytes.size() == send_bytes.size(),
+               "shm alltoallv: one count per member");
+  const auto me = static_cast<std::size_t>(index_);
+  SAKER_ASSERT(send_bytes[me] == recv_bytes[me], "shm alltoallv: what a member sends itself differs from what it expects");
+  const std::vector<std::size_t> sat = offsets_of(send_bytes), rat = offsets_of(recv_bytes);
+  if (send_bytes[me] > 0) std::memmove(recv + rat[me], send + sat[me], send_bytes[me]);
+  if (n == 1) return;
+  const std::size_t share = alltoall_share(head);
+  Lane& lane = lanes_[0];
+  std::size_t done = 0;
+  if (started) {
+    alltoall_collect(lane.set ^ 1, head, recv, recv_bytes, rat, 0);  // rewritten only after the next barrier
+    done = share;
+  }
+  for (; done < max_pair; done += share) {
+    alltoall_publish(lane.set, head, send, send_bytes, sat, done);
+    barrier(0, "alltoall");
+    alltoall_collect(lane.set, head, recv, recv_bytes, rat, done);
+    lane.set ^= 1;  // as in broadcast: this set is rewritten only after the next barrier
+  }
+}
+
+void ShmGroup::alltoallv(const char* send, const std::vector<std::size_t>& send_bytes, char* recv,
+                         const std::vector<std::size_t>& recv_bytes, std::size_t max_pair) {
+  alltoall_rounds(send, send_bytes, recv, recv_bytes, max_pair, 0, false);
+}
+
+void ShmGroup::alltoallv_start(const void* head, std::size_t head_bytes, void* heads, const char* send,
+                               const std::vector<std::size_t>& send_bytes) {
+  a2a_head_ = (head_bytes + 63) / 64 * 64;
+  Lane& lane = lanes_[0];
+  std::memcpy(slot(0, lane.set, index_), head, head_bytes);
+  if (size() > 1 && send_bytes.size() == static_cast<std::size_t>(size()))
+    alltoall_publish(lane.set, a2a_head_, send, send_bytes, offsets_of(send_bytes), 0);
+  barrier(0, "alltoall");
+  for (int j = 0; j < size(); ++j)
+    std::memcpy(static_cast<char*>(heads) + static_cast<std::size_t>(j) * head_bytes, slot(0, lane.set, j), head_bytes);
+  lane.set ^= 1;  // finish() reads the first round from the set before, untouched until the next barrier
+}
+
+void ShmGroup::alltoallv_finish(const char* send, const std::vector<std::size_t>& send_bytes, char* recv,
+                                const std::vector<std::size_t>& recv_bytes, std::size_t max_pair) {
+  alltoall_rounds(send, send_bytes, recv, recv_bytes, max_pair, a2a_head_, true);
+}
 
 std::vector<std::size_t> Communicator::alltoallv(const void* send, const std::vector<std::size_t>& send_counts,
                                                  std::size_t row_elems, DataType type, const RecvBuffer& recv_buffer,
                                                  const std::string& name) {
   agree::Declared mine = agree::declare(agree::Kind::alltoall, type, row_elems, send_counts, nullptr, size());
-  std::vector<std::size_t> recv_rows = declare_and_judge(*impl_, mine, name);
-  void* recv = recv_buffer(recv_rows);
+  // The receive buffer is the caller's to size from the agreed counts: two steps here.
+  std::vector<agree::Declared> all;
+  impl_->run_sync([&] { all = agree::gather(*impl_, mine); });
+  Agreed a = agreed(all, impl_->where.rank);
+  refuse_if(a, name);
+  void* recv = recv_buffer(a.recv_rows);
   const std::size_t row_bytes = row_elems * size_of(type);
   std::size_t total = 0;
-  for (std::size_t r : recv_rows) total += r;
+  for (std::size_t r : a.recv_rows) total += r;
   if (!recv && total * row_bytes > 0)
     throw Error(explain("alltoall" + (name.empty() ? std::string() : " of '" + name + "'") + ": the receive buffer is null",
                         "recv_buffer returned nullptr for " + std::to_string(total) + " rows",
                         "return a buffer of that many rows"));
   impl_->run_sync([&] {
-    impl_->user->ring().alltoallv(static_cast<const char*>(send), bytes_of(send_counts, row_bytes),
-                                  static_cast<char*>(recv), bytes_of(recv_rows, row_bytes));
+    auto sb = bytes_of(send_counts, row_bytes), rb = bytes_of(a.recv_rows, row_bytes);
+    if (ShmGroup* shm = impl_->user->shm_for(impl_->transport))
+      shm->alltoallv(static_cast<const char*>(send), sb, static_cast<char*>(recv), rb, a.max_pair_rows * row_bytes);
+    else
+      impl_->user->ring().alltoallv(static_cast<const char*>(send), sb, static_cast<char*>(recv), rb);
   });
-  return recv_rows;
+  return a.recv_rows;
 }
 
 void Communicator::alltoallv(const void* send, const std::vector<std::size_t>& send_counts, void* recv,
                              const std::vector<std::size_t>& recv_counts, std::size_t row_elems, DataType type,
                              const std::string& name) {
   agree::Declared mine = agree::declare(agree::Kind::alltoall, type, row_elems, send_counts, &recv_counts, size());
-  declare_and_judge(*impl_, mine, name);
   const std::size_t row_bytes = row_elems * size_of(type);
-  impl_->run_sync([&] {
-    impl_->user->ring().alltoallv(static_cast<const char*>(send), bytes_of(send_counts, row_bytes),
-                                  static_cast<char*>(recv), bytes_of(recv_counts, row_bytes));
-  });
+  Agreed a;
+  impl_->run_sync([&] { a = exchange_known(*impl_, mine, send, send_counts, recv, recv_counts, row_bytes); });
+  refuse_if(a, name);
 }
 
 // On the worker, declarations and data in one queued step: a mismatch fails the handle
@@ -136,11 +274,8 @@ Handle Communicator::alltoallv_async(const void* send, const std::vector<std::si
   Impl* i = impl_.get();
   agree::Declared mine = agree::declare(agree::Kind::alltoall, type, row_elems, send_counts, &recv_counts, size());
   const std::size_t row_bytes = row_elems * size_of(type);
-  return submit_refusable(*i, [=] {
-    agreed_receive(agree::gather(i->user->ring(), mine), i->where.rank, name);
-    i->user->ring().alltoallv(static_cast<const char*>(send), bytes_of(send_counts, row_bytes), static_cast<char*>(recv),
-                              bytes_of(recv_counts, row_bytes));
-  }, "alltoall");
+  return submit_refusable(*i, [=] { refuse_if(exchange_known(*i, mine, send, send_counts, recv, recv_counts, row_bytes), name); },
+                          "alltoall");
 }
 
 }  // namespace saker::comm

@@ -217,7 +217,7 @@ Handle Communicator::broadcast_async(void* data, std::size_t bytes, int root) {
 }
 Handle Communicator::allgather_async(const void* send, void* recv, std::size_t bytes) {
   Impl* i = impl_.get();
-  return i->submit([=] { i->user->allgather(send, recv, bytes); }, "allgather");
+  return i->submit([=] { i->user->allgather(send, recv, bytes, i->transport); }, "allgather");
 }
 Handle Communicator::barrier_async() {
   Impl* i = impl_.get();
@@ -238,7 +238,7 @@ void Communicator::broadcast(void* data, std::size_t bytes, int root) {
   impl_->run_sync([&] { impl_->user->broadcast(data, bytes, root); });
 }
 void Communicator::allgather(const void* send, void* recv, std::size_t bytes) {
-  impl_->run_sync([&] { impl_->user->allgather(send, recv, bytes); });
+  impl_->run_sync([&] { impl_->user->allgather(send, recv, bytes, impl_->transport); });
 }
 void Communicator::barrier() {
   impl_->run_sync([&] { impl_->user->barrier(); });

@@ -118,6 +118,11 @@ void Core::allreduce(void* data, std::size_t count, DataType type, ReduceOp op, 
 
 void Core::broadcast(void* data, std::size_t bytes, int root) { ring_.broadcast(data, bytes, root); }
 
-void Core::allgather(const void* send, void* recv, std::size_t bytes) { ring_.allgather(send, recv, bytes); }
+void Core::allgather(const void* send, void* recv, std::size_t bytes, Transport t) {
+  if (ShmGroup* shm = shm_for(t))
+    shm->allgather(send, recv, bytes);
+  else
+    ring_.allgather(send, recv, bytes);
+}
 
 }  // namespace saker::comm

@@ -37,10 +37,14 @@ class Core {
   void allreduce(void* data, std::size_t count, DataType type, ReduceOp op, Transport t,
                  const std::vector<std::size_t>& segs = {});
   void broadcast(void* data, std::size_t bytes, int root);
-  void allgather(const void* send, void* recv, std::size_t bytes);
+  // Through the node's shared memory when t is shm (every rank on this node), else the ring.
+  void allgather(const void* send, void* recv, std::size_t bytes, Transport t = Transport::ring);
   void barrier() { ring_.barrier(); }
   // Every rank's ring (alltoall.cpp and reduce_scatter.cpp run on it, whatever the transport).
   Ring& ring() { return ring_; }
+  // The node's shared-memory group when t puts every rank on it (shm), else null: the
+  // collectives that move data between every pair (alltoall) take it then.
+  ShmGroup* shm_for(Transport t) { return t == Transport::shm && shm_ && shm_->size() == mesh_.size() ? shm_.get() : nullptr; }
   // Where allreduce() adds its bytes and time (SAKER_TELEMETRY_DIR); may stay null.
   void publish_to(telemetry::CommCountersPublisher* counters) { counters_ = counters; }
 

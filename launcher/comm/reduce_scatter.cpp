@@ -122,7 +122,7 @@ void Communicator::reduce_scatter(const void* send, void* recv, const std::vecto
   std::vector<agree::Declared> all;
   // Declarations in one guarded step, judged outside it: a mismatch is the caller's
   // error, found before any data moved, and must not mark the communicator broken.
-  i->run_sync([&] { all = agree::gather(i->user->ring(), mine); });
+  i->run_sync([&] { all = agree::gather(*i, mine); });
   judge(all, name);
   i->run_sync([&] { reduce_scatter_on(*i->user, rank(), size(), send, recv, counts, type, op); });
 }
@@ -133,7 +133,7 @@ Handle Communicator::reduce_scatter_async(const void* send, void* recv, const st
   agree::Declared mine = agree::declare(agree::Kind::reduce_scatter, type, static_cast<std::uint64_t>(op), counts, nullptr, size());
   const int r = rank(), n = size();
   return submit_refusable(*i, [=] {
-    judge(agree::gather(i->user->ring(), mine), name);
+    judge(agree::gather(*i, mine), name);
     reduce_scatter_on(*i->user, r, n, send, recv, counts, type, op);
   }, "reduce_scatter");
 }

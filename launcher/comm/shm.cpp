@@ -378,5 +378,21 @@ void ShmGroup::broadcast(void* data, std::size_t bytes, int root_index) {
   }
 }
 
+void ShmGroup::allgather(const void* send, void* recv, std::size_t bytes) {
+  char* out = static_cast<char*>(recv);
+  char* own = out + static_cast<std::size_t>(index_) * bytes;
+  if (own != send && bytes > 0) std::memmove(own, send, bytes);
+  if (size() == 1 || bytes == 0) return;
+  for (std::size_t done = 0; done < bytes; done += slot_bytes_) {
+    std::size_t m = std::min(slot_bytes_, bytes - done);
+    Lane& lane = lanes_[0];
+    std::memcpy(slot(0, lane.set, index_), own + done, m);
+    barrier(0, "allgather");
+    for (int j = 0; j < size(); ++j)
+      if (j != index_) std::memcpy(out + static_cast<std::size_t>(j) * bytes + done, slot(0, lane.set, j), m);
+    lane.set ^= 1;  // as in broadcast: rewritten only after the next barrier
+  }
+}
+
 
 }  // namespace saker::comm

@@ -86,6 +86,27 @@ class ShmGroup {
 
   void allreduce(void* data, std::size_t count, DataType type, ReduceOp op);
   void broadcast(void* data, std::size_t bytes, int root_index);
+  // Every member's `bytes` into recv in member order (send may be recv's own part).
+  // One barrier per slot of data; a member copies in its part and copies out the others'.
+  void allgather(const void* send, void* recv, std::size_t bytes);
+  // MPI_Alltoallv among the members (alltoall.cpp): send_bytes[j] to member j, recv_bytes[i]
+  // from member i, which the caller agreed with every member beforehand (agree.hpp): the
+  // bytes i sends j are the bytes j expects from i, and max_pair, the most any member sends
+  // another, is the same on every member (it fixes how many rounds run). Each round a
+  // member's slot holds a share for each other member; one barrier per round.
+  void alltoallv(const char* send, const std::vector<std::size_t>& send_bytes, char* recv,
+                 const std::vector<std::size_t>& recv_bytes, std::size_t max_pair);
+  // The same with the agreement in the first round's barrier, for callers that know what
+  // they receive: start() puts `head` (head_bytes, the same size on every member: the
+  // declaration) in front of this member's first-round shares (none when send_bytes is
+  // empty: the declaration says the counts are unusable) and returns after one barrier
+  // with every member's head in heads, in member order. Nothing reaches recv before the
+  // caller judged them: if it refuses, every member does, and nothing more is needed;
+  // else finish() takes the first round from the slots and runs the rest.
+  void alltoallv_start(const void* head, std::size_t head_bytes, void* heads, const char* send,
+                       const std::vector<std::size_t>& send_bytes);
+  void alltoallv_finish(const char* send, const std::vector<std::size_t>& send_bytes, char* recv,
+                        const std::vector<std::size_t>& recv_bytes, std::size_t max_pair);
 
  private:
   // A lane's own state: its flags' phase and which of its two slot sets is next.
@@ -100,6 +121,16 @@ class ShmGroup {
   void barrier(int lane, const char* during);
   char* slot(int lane, int set, int who) const;
   void allreduce_stripe(int lane, char* data, std::size_t count, DataType type, ReduceOp op, bool streaming);
+  // alltoallv's pieces (alltoall.cpp): the bytes a share holds after a head of head_bytes;
+  // this member's shares of [done, done + share) into its slot of `set`, and out of the others'.
+  std::size_t alltoall_share(std::size_t head_bytes) const;
+  // at: each member's block's offset in send or recv (offsets_of in alltoall.cpp).
+  void alltoall_publish(int set, std::size_t head, const char* send, const std::vector<std::size_t>& send_bytes,
+                        const std::vector<std::size_t>& at, std::size_t done);
+  void alltoall_collect(int set, std::size_t head, char* recv, const std::vector<std::size_t>& recv_bytes,
+                        const std::vector<std::size_t>& at, std::size_t done);
+  void alltoall_rounds(const char* send, const std::vector<std::size_t>& send_bytes, char* recv,
+                       const std::vector<std::size_t>& recv_bytes, std::size_t max_pair, std::size_t head, bool started);
 
   Mesh& mesh_;
   std::vector<int> members_;
@@ -111,6 +142,7 @@ class ShmGroup {
   std::vector<Lane> lanes_;
   std::unique_ptr<Lanes> threads_;
   StoreChoice stores_;
+  std::size_t a2a_head_ = 0;  // the head of the alltoall that alltoallv_start began
 };
 
 

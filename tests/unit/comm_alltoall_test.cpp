@@ -4,6 +4,7 @@
 // communicator stays usable).
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -193,6 +194,122 @@ TEST_CASE("alltoall: uneven splits arrive exactly, every transport and world siz
   }
 }
 
+// Rank `from`'s bits for rank `to` in round `it`: every float bit pattern (NaNs, -0,
+// denormals) may occur, so only a bitwise copy passes.
+std::uint32_t bits(int from, int to, int it, std::size_t k) {
+  std::uint64_t x = (static_cast<std::uint64_t>(from) << 48) ^ (static_cast<std::uint64_t>(to) << 40) ^
+                    (static_cast<std::uint64_t>(it) << 32) ^ k;
+  x *= 0x9E3779B97F4A7C15ull;
+  return static_cast<std::uint32_t>(x >> 29);
+}
+
+// Uneven rows per pair and round, zero for some pairs, up to `most`.
+std::size_t rows_in(int from, int to, int it, std::size_t most) {
+  return static_cast<std::size_t>(bits(from, to, it, 77) % (most + 1)) * ((from + to + it) % 5 == 0 ? 0 : 1);
+}
+
+// One alltoallv of rank me's rows for round it (fp32 rows of `row` elements, bit patterns
+// from bits()), checked bit for bit; the received rows come back for comparison.
+std::vector<std::uint32_t> alltoall_round(Communicator& c, Failures& f, int it, std::size_t row, std::size_t most) {
+  const int n = c.size(), me = c.rank();
+  std::vector<std::size_t> sc(static_cast<std::size_t>(n)), rc(sc.size());
+  std::vector<std::uint32_t> send;
+  for (int j = 0; j < n; ++j) {
+    sc[static_cast<std::size_t>(j)] = rows_in(me, j, it, most);
+    rc[static_cast<std::size_t>(j)] = rows_in(j, me, it, most);
+    for (std::size_t k = 0; k < sc[static_cast<std::size_t>(j)] * row; ++k) send.push_back(bits(me, j, it, k));
+  }
+  std::size_t total = 0;
+  for (std::size_t x : rc) total += x;
+  std::vector<std::uint32_t> got(total * row + 1, 0xdeadbeef);  // one guard word past the end
+  c.alltoallv(send.data(), sc, got.data(), rc, row, DataType::f32, "bits");
+  std::size_t at = 0;
+  for (int i = 0; i < n; ++i)
+    for (std::size_t k = 0; k < rc[static_cast<std::size_t>(i)] * row; ++k, ++at)
+      if (got[at] != bits(i, me, it, k)) {
+        f.add("rank " + std::to_string(me) + " round " + std::to_string(it) + ": wrong bits from rank " +
+              std::to_string(i) + " at " + std::to_string(k));
+        return got;
+      }
+  if (got.back() != 0xdeadbeef) f.add("rank " + std::to_string(me) + ": wrote past the receive buffer");
+  got.pop_back();
+  return got;
+}
+
+// One node, transport shm: the data goes through the shared-memory segment (alltoall.cpp),
+// in rounds of one share per peer; rows of up to 3 MB per pair take several rounds.
+TEST_CASE("alltoall through shared memory: bitwise, uneven splits, several rounds, 2-5 ranks", "[comm][alltoall][shm]") {
+  for (int n = 2; n <= 5; ++n) {
+    INFO("world size " << n);
+    std::vector<std::vector<std::vector<std::uint32_t>>> by_transport;
+    for (Transport t : {Transport::shm, Transport::ring}) {
+      std::vector<std::vector<std::uint32_t>> out(static_cast<std::size_t>(n));
+      run_ranks(n, [&](Communicator& c, Failures& f) {
+        int it = 0;
+        for (std::size_t row : {std::size_t{1}, std::size_t{17}, std::size_t{1000}, std::size_t{250007}})
+          for (int rep = 0; rep < 2; ++rep, ++it) {
+            auto got = alltoall_round(c, f, it, row, row > 1000 ? 3 : 9);
+            auto& mine = out[static_cast<std::size_t>(c.rank())];
+            mine.insert(mine.end(), got.begin(), got.end());
+          }
+        // Nothing moves at all: every count zero.
+        std::vector<std::size_t> zero(static_cast<std::size_t>(n), 0);
+        c.alltoallv(nullptr, zero, nullptr, zero, 4, DataType::f32, "empty");
+      }, test::quick_options(), nodes_for(t, n));
+      by_transport.push_back(out);
+    }
+    REQUIRE(by_transport[0] == by_transport[1]);
+  }
+}
+
+// The segment's slot sets alternate between calls: alltoall, allgather, allreduce and
+// broadcast in any order, with sizes that end on either set, never see each other's data.
+TEST_CASE("shared memory: alltoall, allgather, allreduce and broadcast interleaved stay exact", "[comm][alltoall][shm]") {
+  for (int n : {2, 3}) {
+    INFO("world size " << n);
+    run_ranks(n, [&](Communicator& c, Failures& f) {
+      const int me = c.rank();
+      for (int it = 0; it < 24; ++it) {
+        alltoall_round(c, f, it, 1 + static_cast<std::size_t>(it % 4) * 40000, 3);
+        const std::size_t part = 1 + static_cast<std::size_t>(it) * 37003 % 1500000;
+        std::vector<std::uint32_t> mine(part), all(part * static_cast<std::size_t>(n) + 1, 0xdeadbeef);
+        for (std::size_t k = 0; k < part; ++k) mine[k] = bits(me, -1, it, k);
+        c.allgather(mine.data(), all.data(), part * 4);
+        for (int i = 0; i < n; ++i)
+          for (std::size_t k = 0; k < part; k += 997)
+            if (all[static_cast<std::size_t>(i) * part + k] != bits(i, -1, it, k)) {
+              f.add("allgather round " + std::to_string(it) + ": wrong bits from rank " + std::to_string(i));
+              return;
+            }
+        if (all.back() != 0xdeadbeef) f.add("allgather wrote past the receive buffer");
+        std::int64_t v = me + it;
+        c.allreduce(&v, 1, DataType::i64);
+        if (v != static_cast<std::int64_t>(n * (n - 1) / 2 + n * it)) f.add("allreduce between alltoalls went wrong");
+        std::uint32_t b = me == it % n ? bits(it, it, it, 0) : 0;
+        c.broadcast(&b, 4, it % n);
+        if (b != bits(it, it, it, 0)) f.add("broadcast between alltoalls went wrong");
+      }
+    });
+  }
+}
+
+// In place (send is the rank's own part of recv), and zero bytes.
+TEST_CASE("allgather through shared memory: in place, empty, bitwise", "[comm][allgather][shm]") {
+  run_ranks(3, [&](Communicator& c, Failures& f) {
+    const std::size_t part = 3000001;  // several slots
+    std::vector<std::uint32_t> all(part * 3, 0);
+    for (std::size_t k = 0; k < part; ++k) all[static_cast<std::size_t>(c.rank()) * part + k] = bits(c.rank(), 9, 9, k);
+    c.allgather(all.data() + static_cast<std::size_t>(c.rank()) * part, all.data(), part * 4);
+    for (int i = 0; i < 3; ++i)
+      for (std::size_t k = 0; k < part; ++k)
+        if (all[static_cast<std::size_t>(i) * part + k] != bits(i, 9, 9, k)) {
+          f.add("in-place allgather: wrong bits from rank " + std::to_string(i) + " at " + std::to_string(k));
+          return;
+        }
+    c.allgather(nullptr, nullptr, 0);
+  });
+}
+
 // Two ranks take the ring's exchange (alltoall.cpp): large uneven transfers, with the send
 // thread forced on and off, plain and sealed.
 TEST_CASE("alltoall: two ranks, large uneven transfers, send thread on and off, sealed", "[comm][alltoall]") {
@@ -345,6 +462,30 @@ TEST_CASE("alltoall refusals: every rank throws the same error naming the ranks"
       c.alltoallv_async(send.data(), {1, 1}, recv.data(), {1, 1}, c.rank() + 1, DataType::f32, "a").wait();
     });
     require_same_refusal(errs, {"alltoall of 'a'", "row size"});
+  }
+  // One node: the declarations share the first round's barrier with the data
+  // (ShmGroup::alltoallv_start); a refused alltoall must still leave recv untouched.
+  SECTION("nothing reaches the receive buffer of a refused alltoall, on 3 ranks") {
+    std::atomic<int> written{0};
+    auto errs = errors_of(3, [&](Communicator& c) {
+      std::vector<std::int32_t> send(300, 5), recv(300, -7);
+      try {
+        c.alltoallv(send.data(), {1, 1, 1}, recv.data(), {1, 1, 1}, 100, c.rank() == 1 ? DataType::f32 : DataType::i32, "w");
+      } catch (...) {
+        for (std::int32_t x : recv) written += x != -7 ? 1 : 0;
+        throw;
+      }
+    });
+    require_same_refusal(errs, {"alltoall of 'w'", "type differs", "rank 1 fp32"});
+    REQUIRE(written == 0);
+  }
+  SECTION("counts for the wrong number of ranks, both ways known") {
+    auto errs = errors_of(3, [](Communicator& c) {
+      std::vector<float> send(8), recv(8);
+      std::vector<std::size_t> sc = c.rank() == 2 ? std::vector<std::size_t>{1, 1} : std::vector<std::size_t>{1, 1, 1};
+      c.alltoallv(send.data(), sc, recv.data(), {1, 1, 1}, 1, DataType::f32, "short");
+    });
+    require_same_refusal(errs, {"alltoall of 'short'", "rank 2 gave 2 counts for 3 ranks"});
   }
 }
 
