@@ -235,9 +235,12 @@ class Communicator {
   Handle reduce_scatter_async(const void* send, void* recv, const std::vector<std::size_t>& counts, DataType type,
                               ReduceOp op = ReduceOp::sum, const std::string& name = "");
 
-  // Tensor fusion: named tensors, any submission order across ranks (see top).
+  // Tensor fusion: named tensors, any submission order across ranks (see top). The ranks
+  // compare each name's type, op, count and shape (when given: its dimensions, whose
+  // product must be count) before it is reduced; where they differ, every rank that
+  // submitted it gets the same saker::Error naming the tensor and each rank's value.
   Handle enqueue_allreduce(const std::string& name, void* data, std::size_t count, DataType type,
-                           ReduceOp op = ReduceOp::sum);
+                           ReduceOp op = ReduceOp::sum, const std::vector<std::int64_t>& shape = {});
   // Horovod's join, for ranks that ran out of data before the others: until every rank
   // has called join(), this rank stands in for each named tensor the others reduce,
   // contributing the op's identity (0 for sum and avg, so avg still divides by size();

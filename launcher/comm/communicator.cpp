@@ -252,14 +252,14 @@ int Communicator::join() {
 }
 
 Handle Communicator::enqueue_allreduce(const std::string& name, void* data, std::size_t count, DataType type,
-                                       ReduceOp op) {
+                                       ReduceOp op, const std::vector<std::int64_t>& shape) {
   if (!impl_->fusion_engine)
     throw Error(explain("enqueue_allreduce('" + name + "') needs the fusion thread", "Options::fusion is false",
                         "create the communicator with Options::fusion = true"));
   if (op == ReduceOp::prod)
     throw Error(explain("enqueue_allreduce('" + name + "') with prod", "the fusion negotiation takes sum, min, max and avg",
                         "use allreduce() or allreduce_async() for a product (they run in submission order)"));
-  return impl_->fusion_engine->enqueue(name, data, count, type, op);
+  return impl_->fusion_engine->enqueue(name, data, count, type, op, shape);
 }
 
 bool Communicator::nccl_available() { return NcclBackend::available(); }

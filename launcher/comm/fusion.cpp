@@ -15,7 +15,7 @@
 namespace saker::comm {
 namespace fusion_wire {
 
-// One line per pending tensor: name \x1f count \x1f type \x1f op \x1f expired. The first
+// One line per pending tensor: name \x1f count \x1f type \x1f op \x1f expired \x1f shape. The first
 // line holds the stop flag, then J when the rank has joined. Names may hold anything but
 // newlines and \x1f (checked at enqueue).
 std::string encode(bool stop, bool joined, const std::vector<std::pair<std::string, Spec>>& items,
@@ -24,7 +24,7 @@ std::string encode(bool stop, bool joined, const std::vector<std::pair<std::stri
   s += joined ? "J\n" : "\n";
   for (const auto& [name, spec] : items)
     s += name + '\x1f' + std::to_string(spec.count) + '\x1f' + std::to_string(spec.type) + '\x1f' +
-         std::to_string(spec.op) + '\x1f' + (expired.count(name) ? '1' : '0') + '\n';
+         std::to_string(spec.op) + '\x1f' + (expired.count(name) ? '1' : '0') + '\x1f' + spec.shape + '\n';
   return s;
 }
 
@@ -56,19 +56,75 @@ RankList decode(std::string_view text, const std::string& from) {
     auto a = line.find('\x1f'), b = line.find('\x1f', a + 1), c = line.find('\x1f', b + 1);
     auto e = c == std::string_view::npos ? c : line.find('\x1f', c + 1);
     if (e == std::string_view::npos) continue;
-    Spec s{field<std::size_t>(line, a + 1, b, from), field<int>(line, b + 1, c, from), field<int>(line, c + 1, e, from)};
+    Spec s{field<std::size_t>(line, a + 1, b, from), field<int>(line, b + 1, c, from), field<int>(line, c + 1, e, from), ""};
     if (s.type < 0 || s.type > static_cast<int>(DataType::i64) || s.op < 0 || s.op > static_cast<int>(ReduceOp::avg) ||
         s.count > kMaxTensorBytes / size_of(static_cast<DataType>(s.type)))
       throw Error(explain("the fusion negotiation from " + from + " names a tensor of type " + std::to_string(s.type) +
                               ", op " + std::to_string(s.op) + " and " + std::to_string(s.count) + " elements",
                           "types are 0-5, ops 0-3, and a tensor holds at most 1 TiB",
                           "every rank must run the same Saker version; a rank that sends this is broken or not ours"));
+    const auto g = line.find('\x1f', e + 1);  // before the shape (absent from older lines)
+    if (g != std::string_view::npos) {
+      s.shape = std::string(line.substr(g + 1));
+      if (s.shape.size() > kMaxShapeText || s.shape.find_first_not_of("0123456789,") != std::string::npos)
+        throw Error(explain("the fusion negotiation from " + from + " gives a shape that is not dimensions",
+                            "a shape is at most 256 digits and commas",
+                            "every rank must run the same Saker version; a rank that sends this is broken or not ours"));
+    }
     const std::string name(line.substr(0, a));
     out.items.emplace_back(name, s);
     out.by_name[name] = s;
-    if (line.substr(e + 1) == "1") out.expired.insert(name);
+    if (line.substr(e + 1, g == std::string_view::npos ? g : g - e - 1) == "1") out.expired.insert(name);
   }
   return out;
+}
+
+namespace {
+
+// "fp32 on rank 0, int32 on ranks 1, 2" when the holders' values of a field differ, else "".
+template <class F>
+std::string differs(const char* field, const std::vector<std::pair<int, Spec>>& holders, F value) {
+  std::vector<std::pair<std::string, std::vector<int>>> by_value;  // in order of first appearance
+  for (const auto& [rank, spec] : holders) {
+    std::string v = value(spec);
+    auto it = std::find_if(by_value.begin(), by_value.end(), [&](const auto& p) { return p.first == v; });
+    if (it == by_value.end()) it = by_value.insert(by_value.end(), {v, {}});
+    it->second.push_back(rank);
+  }
+  if (by_value.size() < 2) return "";
+  std::string s = std::string(field) + " differs:";
+  for (std::size_t i = 0; i < by_value.size(); ++i) {
+    const auto& ranks = by_value[i].second;
+    s += (i ? ", " : " ") + by_value[i].first + (ranks.size() == 1 ? " on rank " : " on ranks ");
+    for (std::size_t k = 0; k < ranks.size() && k < 8; ++k) s += (k ? ", " : "") + std::to_string(ranks[k]);
+    if (ranks.size() > 8) s += ", ... (" + std::to_string(ranks.size()) + " ranks)";
+  }
+  return s;
+}
+
+std::string shape_text(const std::string& shape) {
+  if (shape.empty()) return "(no shape given)";
+  std::string s = "[";
+  for (char ch : shape) s += ch == ',' ? std::string(", ") : std::string(1, ch);
+  return s + "]";
+}
+
+}  // namespace
+
+std::string mismatch(const std::string& name, const std::vector<std::pair<int, Spec>>& holders) {
+  std::string fields;
+  auto add = [&](std::string d) {
+    if (!d.empty()) fields += (fields.empty() ? "" : "; ") + d;
+  };
+  add(differs("type", holders, [](const Spec& s) { return std::string(name_of(static_cast<DataType>(s.type))); }));
+  add(differs("op", holders, [](const Spec& s) { return std::string(name_of(static_cast<ReduceOp>(s.op))); }));
+  add(differs("element count", holders, [](const Spec& s) { return std::to_string(s.count); }));
+  add(differs("shape", holders, [](const Spec& s) { return shape_text(s.shape); }));
+  if (fields.empty()) return "";
+  return explain("tensor '" + name + "' differs between ranks: " + fields,
+                 "one name must carry the same type, op, element count and shape on every rank; the tensor was "
+                 "refused before any byte of it moved, rather than one rank's bytes read as another's",
+                 "check that the model, its dtype casts and the names given to the collectives are the same on every rank");
 }
 
 std::size_t checked_width(const std::vector<std::uint64_t>& lens, const std::function<std::string(int)>& who) {
@@ -105,16 +161,30 @@ FusionEngine::~FusionEngine() {
   thread_.join();
 }
 
-Handle FusionEngine::enqueue(const std::string& name, void* data, std::size_t count, DataType type, ReduceOp op) {
+Handle FusionEngine::enqueue(const std::string& name, void* data, std::size_t count, DataType type, ReduceOp op,
+                             const std::vector<std::int64_t>& shape) {
   if (name.empty() || name.find_first_of("\n\x1f") != std::string::npos)
     throw Error(explain("invalid tensor name '" + name + "'", "names must be non-empty, without newlines",
                         "rename the tensor"));
+  std::string shape_text;
+  std::size_t elements = 1;
+  for (std::int64_t d : shape) {
+    if (d < 0 || (d > 0 && elements > SIZE_MAX / static_cast<std::size_t>(d)))
+      throw Error(explain("tensor '" + name + "': dimension " + std::to_string(d) + " of its shape", "dimensions are sizes",
+                          "pass the tensor's own shape"));
+    elements *= static_cast<std::size_t>(d);
+    shape_text += (shape_text.empty() ? "" : ",") + std::to_string(d);
+  }
+  if (!shape.empty() && (elements != count || shape_text.size() > fusion_wire::kMaxShapeText))
+    throw Error(explain("tensor '" + name + "': its shape holds " + std::to_string(elements) + " elements, not " +
+                            std::to_string(count),
+                        "the shape must describe the count given (and fit in 256 characters)", "pass the tensor's own shape"));
   auto state = std::make_shared<Handle::State>();
   state->what = "allreduce of tensor '" + name + "'";
   state->limit = comm_.options.stall_abort + comm_.options.timeout * 4 + std::chrono::seconds(10);
   std::lock_guard lock(mu_);
   if (finished_) throw Error("saker: enqueue_allreduce('" + name + "') after the fusion thread stopped");
-  if (!pending_.emplace(name, Entry{data, count, type, op, state}).second)
+  if (!pending_.emplace(name, Entry{data, count, type, op, state, shape_text}).second)
     throw Error(explain("tensor '" + name + "' is already queued", "a name may be pending only once",
                         "wait for its handle before submitting it again"));
   order_.push_back(name);
@@ -229,7 +299,7 @@ FusionEngine::Outcome FusionEngine::cycle() {
     joining = join_state_ != nullptr;
     for (const auto& name : order_) {
       const Entry& e = pending_.at(name);
-      mine.emplace_back(name, Spec{e.count, static_cast<int>(e.type), static_cast<int>(e.op)});
+      mine.emplace_back(name, Spec{e.count, static_cast<int>(e.type), static_cast<int>(e.op), e.shape});
     }
   }
   // Negotiation: every rank learns every rank's pending list.
@@ -284,20 +354,23 @@ FusionEngine::Outcome FusionEngine::cycle() {
   }
   std::deque<std::vector<char>> stand_ins;  // a joined rank's identity buffers, alive until reduced
   for (const auto& [name, spec] : candidates) {
-    bool in_all = true, same = true;
+    bool in_all = true;
+    std::vector<std::pair<int, Spec>> holders;
     for (int r = 0; r < n && in_all; ++r) {
       auto it = lists[static_cast<std::size_t>(r)].by_name.find(name);
       const bool has = it != lists[static_cast<std::size_t>(r)].by_name.end();
       in_all = has || joined[static_cast<std::size_t>(r)];
-      same = same && (!has || it->second == spec);
+      if (has) holders.emplace_back(r, it->second);
     }
     if (!in_all) continue;
+    // The same verdict on every rank: all read the same lists.
+    const bool same = std::all_of(holders.begin(), holders.end(), [&](const auto& h) { return h.second == spec; });
     everywhere.insert(name);
     std::lock_guard lock(mu_);
     if (!pending_.count(name)) {  // joined here: stand in with the op's identity
       if (!same) continue;  // the ranks that hold it fail it
       auto& buf = stand_ins.emplace_back(spec.count * size_of(static_cast<DataType>(spec.type)));
-      Entry e{buf.data(), spec.count, static_cast<DataType>(spec.type), static_cast<ReduceOp>(spec.op), nullptr};
+      Entry e{buf.data(), spec.count, static_cast<DataType>(spec.type), static_cast<ReduceOp>(spec.op), nullptr, spec.shape};
       reduce::fill_identity(e.data, e.count, e.type, e.op);
       ready.emplace_back(name, e);
       continue;
@@ -308,10 +381,7 @@ FusionEngine::Outcome FusionEngine::cycle() {
     partial_since_.erase(name);
     warned_.erase(name);
     if (!same) {
-      e.state->finish(std::make_exception_ptr(Error(explain(
-          "tensor '" + name + "' differs between ranks (count, type or op)",
-          "every rank must reduce the same shape with the same type and op under one name",
-          "check the model definition is identical on every rank"))));
+      e.state->finish(std::make_exception_ptr(Error(fusion_wire::mismatch(name, holders))));
       continue;
     }
     ready.emplace_back(name, e);

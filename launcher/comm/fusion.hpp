@@ -30,9 +30,13 @@ constexpr std::uint64_t kMaxListBytes = 64u << 20;
 // product of count and element size far from overflow.
 constexpr std::uint64_t kMaxTensorBytes = 1ull << 40;
 
+// A shape travels as its dimensions joined by commas ("3,4"); "" where the caller gave none.
+constexpr std::size_t kMaxShapeText = 256;
+
 struct Spec {
   std::size_t count;
   int type, op;
+  std::string shape;
   bool operator==(const Spec&) const = default;
 };
 
@@ -49,6 +53,10 @@ std::string encode(bool stop, bool joined, const std::vector<std::pair<std::stri
 // from names the sender in errors ("rank 3 (host node7)"). Throws saker::Error on a
 // malformed line, an unknown type or op, or a tensor over kMaxTensorBytes.
 RankList decode(std::string_view text, const std::string& from);
+// "" when every rank in `holders` (rank, its spec) submitted the same spec under `name`,
+// else the text every rank refuses it with: each differing field (type, op, element count,
+// shape) with each value and the ranks that gave it.
+std::string mismatch(const std::string& name, const std::vector<std::pair<int, Spec>>& holders);
 // The widest of the ranks' list lengths; throws, naming who(r), for one over kMaxListBytes.
 std::size_t checked_width(const std::vector<std::uint64_t>& lens, const std::function<std::string(int)>& who);
 
@@ -58,7 +66,9 @@ class FusionEngine {
  public:
   explicit FusionEngine(Communicator::Impl& comm);
   ~FusionEngine();  // stops once every rank has asked to stop (bounded by the timeout)
-  Handle enqueue(const std::string& name, void* data, std::size_t count, DataType type, ReduceOp op);
+  // shape: the tensor's dimensions, compared across ranks with the rest (empty: none given).
+  Handle enqueue(const std::string& name, void* data, std::size_t count, DataType type, ReduceOp op,
+                 const std::vector<std::int64_t>& shape = {});
   // Blocks until every rank has joined; returns the rank that joined last (the
   // highest of those that joined in the same negotiation cycle).
   int join();
@@ -70,6 +80,7 @@ class FusionEngine {
     DataType type;
     ReduceOp op;
     std::shared_ptr<Handle::State> state;
+    std::string shape;  // fusion_wire's text
   };
   // What a negotiation cycle found: no rank had anything (idle); a name that some ranks
   // submitted and others not yet (partial); or everything was reduced (settled).

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "comm_test_support.hpp"
+#include "launcher/comm/fusion.hpp"
 #include "launcher/comm/reduce.hpp"
 
 using namespace saker::comm;
@@ -289,4 +290,109 @@ TEST_CASE("join: a stall report does not blame a rank that has joined", "[comm][
   }, o);
   CHECK_THAT(error, Catch::Contains("'only0'") && Catch::Contains("rank 1 (host"));
   CHECK_THAT(error, !Catch::Contains("rank 2 (host"));
+}
+
+// The fusion negotiation's cross-rank check: one name, another type, op or count on some
+// rank. Every rank that submitted it gets the same error naming the tensor, which ranks
+// hold which value, and its data is left as it was (never reduced as something else);
+// the tensors around it still reduce.
+namespace {
+
+struct Submitted {
+  std::size_t count;
+  DataType type;
+  ReduceOp op;
+  std::vector<std::int64_t> shape = {};
+};
+
+// Ranks submit "ok" (agreed) and "bad" as `spec(rank)` says; returns each rank's error.
+std::vector<std::string> mismatch_errors(int n, const std::function<Submitted(int)>& spec) {
+  std::vector<std::string> errors(static_cast<std::size_t>(n));
+  run_ranks(n, [&](Communicator& c, Failures& f) {
+    const Submitted s = spec(c.rank());
+    std::vector<std::int64_t> bad(s.count, 0x0102030405060708);  // 8 bytes per element: room for every type
+    const std::vector<std::int64_t> before = bad;
+    float ok = 1;
+    Handle hok = c.enqueue_allreduce("ok", &ok, 1, DataType::f32);
+    Handle hbad = c.enqueue_allreduce("bad", bad.data(), s.count, s.type, s.op, s.shape);
+    try {
+      hbad.wait();
+      f.add("rank " + std::to_string(c.rank()) + ": 'bad' completed although the ranks disagree");
+    } catch (const saker::Error& e) {
+      errors[static_cast<std::size_t>(c.rank())] = e.what();
+    }
+    hok.wait();
+    if (ok != static_cast<float>(n)) f.add("'ok' next to the refused tensor was not reduced");
+    if (bad != before) f.add("rank " + std::to_string(c.rank()) + ": the refused tensor's data was written");
+  }, fusion_options());
+  return errors;
+}
+
+void require_named(const std::vector<std::string>& errors, const std::vector<std::string>& needles) {
+  for (const std::string& e : errors) {
+    INFO(e);
+    REQUIRE(e == errors[0]);
+    for (const std::string& needle : needles) REQUIRE(e.find(needle) != std::string::npos);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("fusion: one name with another type, op or count is refused naming the ranks and values", "[comm][fusion][mismatch]") {
+  SECTION("type (never the bits of one read as the other)") {
+    auto errors = mismatch_errors(2, [](int r) { return Submitted{4, r ? DataType::i32 : DataType::f32, ReduceOp::sum}; });
+    require_named(errors, {"tensor 'bad'", "type differs", "fp32 on rank 0", "int32 on rank 1"});
+  }
+  SECTION("op") {
+    auto errors = mismatch_errors(3, [](int r) { return Submitted{4, DataType::f32, r == 2 ? ReduceOp::max : ReduceOp::sum}; });
+    require_named(errors, {"tensor 'bad'", "op differs", "sum on ranks 0, 1", "max on rank 2"});
+  }
+  SECTION("count") {
+    auto errors = mismatch_errors(3, [](int r) { return Submitted{r == 1 ? 6u : 4u, DataType::i64, ReduceOp::sum}; });
+    require_named(errors, {"tensor 'bad'", "element count differs", "4 on ranks 0, 2", "6 on rank 1"});
+  }
+  SECTION("shape, with the same element count") {
+    auto errors = mismatch_errors(2, [](int r) {
+      return Submitted{6, DataType::f32, ReduceOp::avg, r ? std::vector<std::int64_t>{3, 2} : std::vector<std::int64_t>{2, 3}};
+    });
+    require_named(errors, {"tensor 'bad'", "shape differs", "[2, 3] on rank 0", "[3, 2] on rank 1"});
+  }
+  SECTION("type and shape at once: both named") {
+    auto errors = mismatch_errors(2, [](int r) {
+      return Submitted{4, r ? DataType::f64 : DataType::f32, ReduceOp::sum, r ? std::vector<std::int64_t>{4} : std::vector<std::int64_t>{2, 2}};
+    });
+    require_named(errors, {"type differs: fp32 on rank 0, fp64 on rank 1", "shape differs: [2, 2] on rank 0, [4] on rank 1"});
+  }
+}
+
+TEST_CASE("fusion: a shape that does not hold the count is refused on the rank that gave it", "[comm][fusion][mismatch]") {
+  run_ranks(1, [](Communicator& c, Failures& f) {
+    float x[6] = {};
+    try {
+      c.enqueue_allreduce("x", x, 6, DataType::f32, ReduceOp::sum, {4, 2});
+      f.add("a shape of 8 elements for a count of 6 was taken");
+    } catch (const saker::Error& e) {
+      if (std::string(e.what()).find("holds 8 elements, not 6") == std::string::npos) f.add(e.what());
+    }
+    c.enqueue_allreduce("x", x, 6, DataType::f32, ReduceOp::sum, {2, 3}).wait();
+  }, fusion_options());
+}
+
+// The shape field is checked off the wire like the rest of a line (issue 28), and lines
+// without one (older senders) still read.
+TEST_CASE("fusion wire: a tensor line's shape is read, and refused when it is not dimensions", "[comm][fusion][intruder]") {
+  const std::string sep(1, '\x1f');
+  auto line = [&](const std::string& tail) { return "S0\ngrad" + sep + "6" + sep + "0" + sep + "0" + sep + tail + "\n"; };
+  auto ok = fusion_wire::decode(line("1" + sep + "2,3"), "rank 1");
+  REQUIRE(ok.items.size() == 1);
+  CHECK(ok.items[0].second.shape == "2,3");
+  CHECK(ok.expired.count("grad") == 1);
+  auto old = fusion_wire::decode(line("0"), "rank 1");
+  REQUIRE(old.items.size() == 1);
+  CHECK(old.items[0].second.shape.empty());
+  CHECK(old.expired.empty());
+  for (const std::string& bad : {std::string("2;3"), std::string("-1"), std::string(300, '1')}) {
+    INFO(bad);
+    CHECK_THROWS_WITH(fusion_wire::decode(line("0" + sep + bad), "rank 1 (host h1)"), Catch::Contains("rank 1 (host h1)"));
+  }
 }
