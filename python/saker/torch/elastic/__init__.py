@@ -35,6 +35,7 @@ from ..checkpoint import write_preempt_marker
 from ..runtime import HorovodInternalError, HostsUpdatedInterrupt
 from .notice import _Stop, install_signals, say as _say
 from .sampler import ElasticSampler
+from .logical import LogicalWorkers, canonical_sum
 from .state import (State, ObjectState, TorchState, StateHandler, ModelStateHandler, OptimizerStateHandler,
                     SamplerStateHandler, StateDictHandler)
 from .store import _Store
@@ -125,6 +126,6 @@ def run(func):
     return wrapper
 
 
-__all__ = ["run", "State", "ObjectState", "TorchState", "ElasticSampler", "StateHandler", "ModelStateHandler",
+__all__ = ["run", "State", "ObjectState", "TorchState", "ElasticSampler", "LogicalWorkers", "canonical_sum", "StateHandler", "ModelStateHandler",
            "OptimizerStateHandler", "SamplerStateHandler", "StateDictHandler", "HostsUpdatedInterrupt",
            "HorovodInternalError"]
