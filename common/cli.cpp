@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <ostream>
 
 #include "common/version.hpp"
@@ -66,13 +68,23 @@ std::string full_name(const Tool& tool, const Command& c) { return c.name.empty(
 // A tool without subcommands: its one command has no name (saker-stats JOBID).
 bool single(const Tool& tool) { return tool.commands.size() == 1 && tool.commands[0].name.empty(); }
 
-std::string option_text(const Option& o) { return "--" + o.name + (o.value.empty() ? "" : " " + o.value); }
+std::string option_text(const Option& o) {
+  return (o.letter != 0 ? std::string("-") + o.letter + ", " : "") + "--" + o.name + (o.value.empty() ? "" : " " + o.value);
+}
+
+std::vector<const Option*> visible(const Command& c) {
+  std::vector<const Option*> v;
+  for (const Option& o : c.options)
+    if (!o.hidden) v.push_back(&o);
+  return v;
+}
 
 std::string known_options(const Tool& tool, const Command& c) {
-  if (c.options.empty()) return full_name(tool, c) + " takes no options";
-  if (c.options.size() > 8) return "see " + full_name(tool, c) + " --help for its " + std::to_string(c.options.size()) + " options";
+  const std::vector<const Option*> shown = visible(c);
+  if (shown.empty()) return full_name(tool, c) + " takes no options";
+  if (shown.size() > 8) return "see " + full_name(tool, c) + " --help for its " + std::to_string(shown.size()) + " options";
   std::string s = full_name(tool, c) + " takes";
-  for (const Option& o : c.options) s += " " + option_text(o) + ",";
+  for (const Option* o : shown) s += " " + option_text(*o) + ",";
   s.back() = ';';
   return s + " see " + full_name(tool, c) + " --help";
 }
@@ -81,12 +93,12 @@ std::string known_options(const Tool& tool, const Command& c) {
 // first, then in the other commands' (an option given to the wrong command).
 std::string unknown_option(const Tool& tool, const Command& c, const std::string& typed, const std::string& name) {
   std::vector<std::string> own;
-  for (const Option& o : c.options) own.push_back(o.name);
+  for (const Option* o : visible(c)) own.push_back(o->name);
   std::string guess = closest(name, own), whose;
   for (const Command& other : tool.commands) {
     if (!guess.empty()) break;
     for (const Option& o : other.options)
-      if (other.name != c.name && closest(name, {o.name}) == o.name) {
+      if (other.name != c.name && !o.hidden && closest(name, {o.name}) == o.name) {
         guess = o.name, whose = other.name;
         break;
       }
@@ -99,26 +111,31 @@ std::string unknown_option(const Tool& tool, const Command& c, const std::string
   return explain(what, "", known_options(tool, c));
 }
 
-// Stores option `o` from words[*i] (the value may be the next word); UsageError if bad.
+// Stores option `o`, written `spelled` ("--name" or "-x") in words[*i], with its value
+// `attached` to the word (--name=V, -xV) or else the next word; UsageError if bad.
 void take_option(const Tool& tool, const Command& c, const Option& o, const std::vector<std::string>& words,
-                 std::size_t* i, std::size_t eq, Args* a) {
-  const std::string& w = words[*i];
-  const std::string who = full_name(tool, c) + ": --" + o.name;
+                 std::size_t* i, const std::string& spelled, const std::optional<std::string>& attached, Args* a) {
+  const std::string who = full_name(tool, c) + ": " + spelled;
   if (a->has(o.name) && !o.repeatable) throw UsageError(explain(who + " is given twice", "", "give it once"));
   std::string value;
   if (o.value.empty()) {
-    if (eq != std::string::npos) throw UsageError(explain(who + " takes no value", "it is a switch", "write --" + o.name + " alone"));
-  } else if (eq != std::string::npos) {
-    value = w.substr(eq + 1);
+    if (attached) throw UsageError(explain(who + " takes no value", "it is a switch", "write " + spelled + " alone"));
+  } else if (attached) {
+    value = *attached;
   } else if (*i + 1 < words.size() && words[*i + 1].rfind("--", 0) != 0) {
     value = words[++*i];
+  } else if (*i + 1 < words.size()) {  // "--srun-arg --cpu-bind=cores": the value looks like an option
+    throw UsageError(explain(who + " needs a value", "the next word, " + words[*i + 1] + ", is taken for an option",
+                             "write --" + o.name + "=" + words[*i + 1] + " if that is its value"));
   } else {
-    throw UsageError(explain(who + " needs a value", o.value + ": " + o.help, full_name(tool, c) + " " + c.synopsis));
+    throw UsageError(explain(who + " needs a value", "nothing follows it",
+                             "write " + spelled + " " + o.value + "; see " + full_name(tool, c) + " --help"));
   }
   if (!o.value.empty() && value.empty())
-    throw UsageError(explain(who + " needs a value, not an empty word", o.value + ": " + o.help,
-                             full_name(tool, c) + " " + c.synopsis));
+    throw UsageError(explain(who + " needs a value, not an empty word", "",
+                             "write " + spelled + " " + o.value + "; see " + full_name(tool, c) + " --help"));
   a->values[o.name].push_back(value);
+  a->spelled[o.name] = spelled;
 }
 
 void check_positional(const Tool& tool, const Command& c, const Args& a) {
@@ -135,7 +152,19 @@ void check_positional(const Tool& tool, const Command& c, const Args& a) {
   }
 }
 
+// `message` as the contract prints it: after the tool's name (and command's, when it has
+// not named its tool itself: "saker-sweep run: the sweep file ... changed").
+std::string named(const Tool& tool, const Command* c, const std::string& message) {
+  if (message.rfind(tool.name, 0) == 0) return message;
+  return (c != nullptr ? full_name(tool, *c) : tool.name) + ": " + message;
+}
+
 }  // namespace
+
+std::string Args::spelling(const std::string& name) const {
+  const auto it = spelled.find(name);
+  return it != spelled.end() ? it->second : "--" + name;
+}
 
 std::string Args::get(const std::string& name, const std::string& fallback) const {
   return has(name) ? values.at(name).back() : fallback;
@@ -147,10 +176,13 @@ double Args::real(const std::string& name, double fallback, double min, double m
   char* end = nullptr;
   errno = 0;
   const double v = std::strtod(text.c_str(), &end);
-  if (text.empty() || end == nullptr || *end != '\0' || errno != 0 || !(v >= min && v <= max))
-    throw UsageError(explain(command + ": --" + name + " is '" + text + "'",
-                             "it must be a number from " + shortest(min) + " to " + shortest(max),
-                             "pass --" + name + " X"));
+  if (text.empty() || end == nullptr || *end != '\0' || errno != 0 || !std::isfinite(v) || !(v >= min && v <= max)) {
+    const bool open = std::isinf(max);
+    const std::string bounds = open ? shortest(min) + " or more" : "from " + shortest(min) + " to " + shortest(max);
+    throw UsageError(explain(command + ": " + spelling(name) + " is '" + text + "'",
+                             "it must be a number" + std::string(open ? ", " : " ") + bounds,
+                             "pass " + spelling(name) + (open ? " " : " X ") + bounds));
+  }
   return v;
 }
 
@@ -172,11 +204,11 @@ std::uint64_t Args::number(const std::string& name, std::uint64_t fallback, std:
   const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
   const bool whole = !text.empty() && text[0] != '-' && end != nullptr && *end == '\0' && errno == 0;
   if (!whole || v < min || v > max) {
-    std::string range = "a whole number";
-    if (max != UINT64_MAX) range += " from " + std::to_string(min) + " to " + std::to_string(max);
-    else if (min > 0) range += ", " + std::to_string(min) + " or more";
-    throw UsageError(explain(command + ": --" + name + " is '" + text + "'", "it must be " + range,
-                             "pass --" + name + " N"));
+    const std::string bounds = max != UINT64_MAX ? "from " + std::to_string(min) + " to " + std::to_string(max)
+                                                 : std::to_string(min) + " or more";
+    throw UsageError(explain(command + ": " + spelling(name) + " is '" + text + "'",
+                             "it must be a whole number" + std::string(max != UINT64_MAX ? " " : ", ") + bounds,
+                             "pass " + spelling(name) + (max != UINT64_MAX ? " N " + bounds : " " + bounds)));
   }
   return v;
 }
@@ -206,8 +238,8 @@ std::string usage(const Tool& tool) {
 
 std::string usage(const Tool& tool, const Command& c) {
   std::string s = "Usage: " + full_name(tool, c) + " " + c.synopsis + "\n  " + wrap(c.what, 100, 2) + "\n";
-  if (!c.options.empty()) s += "Options:\n";
-  for (const Option& o : c.options) s += pad("  " + option_text(o), 30) + " " + wrap(o.help, 110, 31) + "\n";
+  if (!visible(c).empty()) s += "Options:\n";
+  for (const Option* o : visible(c)) s += pad("  " + option_text(*o), 30) + " " + wrap(o->help, 110, 31) + "\n";
   return s;
 }
 
@@ -266,16 +298,23 @@ Args parse(const Tool& tool, const Command& c, const std::vector<std::string>& w
       options = false;
     } else if (options && (w == "--help" || w == "-h")) {
       a.help = true;
-    } else if (options && w.size() > 1 && w[0] == '-') {
-      const bool dashes = w.rfind("--", 0) == 0;
-      const std::size_t eq = dashes ? w.find('=') : std::string::npos;
-      const std::string name = w.substr(dashes ? 2 : 1, eq == std::string::npos ? std::string::npos : eq - 2);
+    } else if (options && w.size() > 1 && w[0] == '-' && w[1] != '-') {  // -n 4, -n4
+      const auto o = std::find_if(c.options.begin(), c.options.end(), [&](const Option& x) { return x.letter == w[1]; });
+      if (o == c.options.end()) throw UsageError(unknown_option(tool, c, w, w.substr(1)));
+      std::optional<std::string> attached;
+      if (w.size() > 2) attached = w.substr(2);
+      take_option(tool, c, *o, words, &i, w.substr(0, 2), attached, &a);
+    } else if (options && w.size() > 2 && w[0] == '-') {
+      const std::size_t eq = w.find('=');
+      const std::string name = w.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
       const auto o = std::find_if(c.options.begin(), c.options.end(), [&](const Option& x) { return x.name == name; });
-      if (o == c.options.end() || !dashes)
-        throw UsageError(unknown_option(tool, c, eq == std::string::npos ? w : w.substr(0, eq), name));
-      take_option(tool, c, *o, words, &i, eq, &a);
+      if (o == c.options.end()) throw UsageError(unknown_option(tool, c, eq == std::string::npos ? w : w.substr(0, eq), name));
+      std::optional<std::string> attached;
+      if (eq != std::string::npos) attached = w.substr(eq + 1);
+      take_option(tool, c, *o, words, &i, "--" + name, attached, &a);
     } else {
       a.positional.push_back(w);
+      if (c.program_args) options = false;  // PROGRAM: the rest is its command line
     }
   }
   if (!a.help) check_positional(tool, c, a);
@@ -307,12 +346,12 @@ int main(const Tool& tool, const std::vector<std::string>& words, const Runner& 
     }
     return run(*command, args);
   } catch (const UsageError& e) {
-    err << kErrorPrefix << e.what() << "\n";
+    err << kErrorPrefix << named(tool, command, e.what()) << "\n";
     if (command != nullptr) err << "usage: " << full_name(tool, *command) << " " << command->synopsis << "\n";
     return kUsage;
   } catch (const Failure& e) {
     out.flush();
-    err << kErrorPrefix << e.what() << "\n";
+    err << kErrorPrefix << named(tool, command, e.what()) << "\n";
     return e.code;
   } catch (const std::exception& e) {
     err << kErrorPrefix << (command != nullptr ? full_name(tool, *command) : tool.name) << ": " << e.what() << "\n";

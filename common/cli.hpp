@@ -41,6 +41,8 @@ struct Option {
   std::string value;         // the value's name in help; "" for a switch
   std::string help;
   bool repeatable = false;   // may be given more than once (values kept in order)
+  char letter = 0;           // a one-letter alias ('n': -n 4 or -n4), as srun's; 0 for none
+  bool hidden = false;       // internal (saker-run's --exec-rank): accepted, never shown or suggested
 };
 
 struct Command {
@@ -51,6 +53,9 @@ struct Command {
   std::size_t min_args = 0;  // positional arguments accepted
   std::size_t max_args = 0;
   std::string args_name;     // what a positional argument is ("POLICY file"), for errors
+  // The first positional argument ends the options: it and every word after it are a
+  // program's command line, kept as they are (saker-run PROGRAM ARGS, as srun and torchrun).
+  bool program_args = false;
 };
 
 struct Tool {
@@ -65,8 +70,8 @@ struct UsageError : saker::Error {
   using saker::Error::Error;
 };
 
-// An error with its exit code, for `run` to throw: printed as it is (it names its tool),
-// after kErrorPrefix.
+// An error with its exit code, for `run` to throw: printed after kErrorPrefix, and after
+// the tool's and command's names unless it starts with the tool's name itself.
 struct Failure : saker::Error {
   Failure(int exit_code, const std::string& message) : saker::Error(message), code(exit_code) {}
   int code;
@@ -76,11 +81,13 @@ struct Args {
   std::vector<std::string> positional;
   std::map<std::string, std::vector<std::string>> values;  // a switch as {""}
   bool help = false;
+  std::map<std::string, std::string> spelled;  // how an option was written ("-n"), for messages
 
   bool has(const std::string& name) const { return values.count(name) != 0; }
   // The option's value, or `fallback` when it was not given.
   std::string get(const std::string& name, const std::string& fallback = "") const;
-  // A number (decimal or exponent form) in [min, max]; a UsageError naming the option otherwise.
+  // A number (decimal or exponent form) in [min, max] (max may be infinity: "min or more");
+  // a UsageError naming the option otherwise.
   double real(const std::string& name, double fallback, double min, double max) const;
   // The value of an option the command cannot do without; a UsageError naming it otherwise.
   std::string required(const std::string& name) const;
@@ -90,6 +97,9 @@ struct Args {
                        std::uint64_t max = UINT64_MAX) const;
 
   std::string command;  // for messages: "saker-policy audit show"
+
+ private:
+  std::string spelling(const std::string& name) const;  // "-n" if so written, else "--ntasks"
 };
 
 // The candidate `typed` most probably meant: one it abbreviates, or one within a few
@@ -103,8 +113,10 @@ std::string usage(const Tool& tool, const Command& command);
 // UsageError for an unknown one, with a "did you mean".
 const Command& find_command(const Tool& tool, const std::vector<std::string>& words, std::size_t* used);
 
-// Options anywhere (--name VALUE, --name=VALUE), `--` ends them. UsageError for an unknown,
-// repeated or valueless option and for a wrong number of positional arguments.
+// Options anywhere (--name VALUE, --name=VALUE, and -x VALUE or -xVALUE for an option with a
+// letter), `--` ends them, and so does the first positional argument of a Command with
+// program_args. UsageError for an unknown, repeated or valueless option and for a wrong
+// number of positional arguments.
 Args parse(const Tool& tool, const Command& command, const std::vector<std::string>& words);
 
 // A tool's main(): --version, --help, no arguments (usage, exit 2), the command, its --help,

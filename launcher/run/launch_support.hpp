@@ -19,8 +19,10 @@ bool requeue_job(const std::string& job_id);
 // Refuses to run inside a job step (a nested srun would wait forever).
 void refuse_inside_step();
 
-// Whether argv[0] can be executed here (PATH search as execvp does).
-bool executable(const std::string& program);
+// Why argv[0] cannot be executed here ("it is a directory", ...; PATH searched as execvp
+// does), or "" when it can.
+std::string why_not_executable(const std::string& program);
+inline bool executable(const std::string& program) { return why_not_executable(program).empty(); }
 
 // After a failed attempt inside Slurm with lost nodes: wait for them to answer again (true),
 // for Slurm to end the run (a signal), or `limit_s`.

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <cstdlib>
@@ -97,8 +98,15 @@ void refuse_inside_step() {
 
 // Whether argv[0] can be executed here (PATH search as execvp does): a missing program
 // fails every attempt the same way, so it is refused before the first one.
-bool executable(const std::string& program) {
-  if (program.find('/') != std::string::npos) return ::access(program.c_str(), X_OK) == 0;
+std::string why_not_executable(const std::string& program) {
+  if (program.find('/') != std::string::npos) {
+    struct stat st {};
+    if (::stat(program.c_str(), &st) != 0) return errno == ENOENT ? "it does not exist" : std::strerror(errno);
+    if (S_ISDIR(st.st_mode)) return "it is a directory";
+    if (!S_ISREG(st.st_mode)) return "it is not a regular file";
+    if (::access(program.c_str(), X_OK) != 0) return "it is not executable (no x permission for this user)";
+    return "";
+  }
   const std::string path = env_or("PATH", "/usr/bin:/bin");
   std::size_t pos = 0;
   while (pos <= path.size()) {
@@ -107,10 +115,10 @@ bool executable(const std::string& program) {
     const std::string dir = colon > pos ? path.substr(pos, colon - pos) : ".";
     const std::string candidate = dir + "/" + program;
     struct stat st {};
-    if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(candidate.c_str(), X_OK) == 0) return true;
+    if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(candidate.c_str(), X_OK) == 0) return "";
     pos = colon + 1;
   }
-  return false;
+  return "no executable file of that name in PATH (" + path + ")";
 }
 
 // After a failed attempt inside Slurm: if a node of the job is lost, a restart would fail

@@ -1,21 +1,23 @@
-// saker-run's command line, parsed by Boost.Program_options into a plain struct.
+// saker-run's command line: its options on the shared front end (common/cli.hpp, saker(7)),
+// checked and turned into a plain struct.
 #pragma once
 
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "common/cli.hpp"
 #include "launcher/run/elastic.hpp"
 
 namespace saker::run {
 
-// Exit codes of saker-run (documented in saker-run(1)).
-inline constexpr int kExitOk = 0;
-inline constexpr int kExitStepFailed = 1;   // the step failed and every restart is spent
-inline constexpr int kExitUsage = 2;        // bad command line
-inline constexpr int kExitLaunch = 3;       // could not set up the launch (environment, requeue)
-inline constexpr int kExitPreempted = 75;   // preempted: the job was requeued, or (--local) stopped
-inline constexpr int kExitExec = 127;       // the program cannot be executed (not found, not executable)
+// Exit codes of saker-run (saker-run(1)): saker(7)'s table, as every tool has it.
+inline constexpr int kExitOk = cli::kOk;
+inline constexpr int kExitStepFailed = cli::kFailed;  // the step failed and every restart is spent
+inline constexpr int kExitUsage = cli::kUsage;        // bad command line
+inline constexpr int kExitLaunch = cli::kUnusable;    // could not set up the launch (environment, requeue)
+inline constexpr int kExitPreempted = cli::kPreempted;  // preempted: requeued, or (--local) stopped or interrupted
+inline constexpr int kExitExec = cli::kCannotExec;    // the program cannot be executed (not found, not executable)
 
 inline constexpr double kHangAuto = -1;
 
@@ -46,8 +48,16 @@ struct RunOptions {
 // The environment variable that says what --own-checkpoints says (1, yes or true).
 inline constexpr const char* kOwnCheckpointsEnv = "SAKER_RUN_OWN_CHECKPOINTS";
 
-// Parses argv. `help_text` receives the --help text. Throws saker::Error with a
-// message naming the bad option on a usage error.
+// saker-run's one command: its options, PROGRAM and its arguments (cli::Command::program_args:
+// option parsing stops at PROGRAM, as with srun and torchrun).
+const cli::Tool& run_tool();
+
+// The options of a parsed command line, checked together (-n only with --local, ...):
+// cli::UsageError naming the option and its fix otherwise.
+RunOptions run_options(const cli::Args& args);
+
+// parse and run_options over argv (argv[0] is the program's name). `help_text`, if given,
+// receives the --help text. Throws cli::UsageError (a saker::Error) on a usage error.
 RunOptions parse_run_options(int argc, const char* const* argv, std::string* help_text);
 
 }  // namespace saker::run

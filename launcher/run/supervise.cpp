@@ -61,9 +61,8 @@ std::optional<int> Supervisor::prepare() {
   if (in_slurm_) refuse_inside_step();
   // Every RPC below (node addresses, signals, requeue) needs libslurm initialized.
   if (in_slurm_) slurm_compat::client_init();
-  if (!executable(o_.program.front())) {
-    log::error("saker-run: " + explain("cannot execute " + o_.program.front(),
-                                       "it is not an executable file (nor found in PATH)",
+  if (const std::string why = why_not_executable(o_.program.front()); !why.empty()) {
+    log::error("saker-run: " + explain("cannot execute " + o_.program.front(), why,
                                        "check the path and its permissions; nothing was started or restarted"));
     return kExitExec;
   }

@@ -202,6 +202,103 @@ usage_error "run: --max-restart is named, not guessed" \
   "$run" --local -n 1 --max-restart 2 -- true
 usage_error "run: -n 0 says what is valid" "pass -n 1 or more" -- "$run" --local -n 0 -- true
 usage_error "run: --loacl suggests --local" "did you mean --local?" -- "$run" --loacl -n 1 -- true
+# saker-run on the shared front end: every class, each with the usage line after it.
+expect 0 "run: --help lists -n, the options and the exit codes" "Usage: saker-run [OPTIONS] [--] PROGRAM" \
+  "-n, --ntasks N" "--srun-arg ARG" "preempted or interrupted" -- "$run" --help
+expect 0 "run: --version names Saker" "saker-run (Saker)" -- "$run" --version
+usage_error "run: -n x is not a number" "saker-run: -n is 'x': it must be a whole number, 1 or more" \
+  "usage: saker-run [OPTIONS]" -- "$run" --local -n x true
+usage_error "run: a missing value" "saker-run: --ckpt-dir needs a value: nothing follows it" -- "$run" --local --ckpt-dir
+usage_error "run: a value that looks like an option" "--srun-arg needs a value" "write --srun-arg=--cpu-bind=cores" -- \
+  "$run" --srun-arg --cpu-bind=cores true
+usage_error "run: a negative --grace" "saker-run: --grace is '-1': it must be a number, 0 or more" -- \
+  "$run" --local --grace -1 true
+usage_error "run: a port out of range" "--master-port is '70000': it must be a whole number from 0 to 65535" -- \
+  "$run" --local --master-port 70000 true
+usage_error "run: a repeated option" "saker-run: --local is given twice" -- "$run" --local --local true
+usage_error "run: no program" "saker-run: no PROGRAM given" -- "$run" --local -n 2
+usage_error "run: -n without --local" "saker-run: -n is only for --local" -- "$run" -n 2 true
+usage_error "run: an unknown one-letter option" "saker-run: unknown option -x" -- "$run" --local -x true
+usage_error "run: an internal option is never suggested" "unknown option --exec-rnk" -- "$run" --exec-rnk true
+out=$("$run" --exec-rnk true 2>&1)
+if [[ $out != *exec-rank* ]]; then echo "ok - run: --exec-rank stays hidden"; pass=$((pass + 1))
+else echo "not ok - run: --exec-rank is suggested"; fail=$((fail + 1)); fi
+expect 0 "run: options end at PROGRAM" "--epochs 3 -n 7" -- "$run" --local -n 1 /bin/echo --epochs 3 -n 7
+expect 127 "run: a missing program is named, exit 127" "saker: error: saker-run: cannot execute $tmp/nosuch: it does not exist" \
+  "(fix: " -- "$run" --local "$tmp/nosuch"
+expect 127 "run: a directory as the program" "cannot execute $tmp/adir: it is a directory" -- "$run" --local "$tmp/adir"
+expect 127 "run: a program not in PATH" "cannot execute nosuchprog: no executable file of that name in PATH" -- \
+  "$run" --local nosuchprog
+expect 3 "run: outside Slurm without --local" "saker: error: saker-run: saker-run is not inside a Slurm job" \
+  "(fix: submit it in an sbatch script, or run saker-run --local -n N)" -- env -u SLURM_JOB_ID "$run" true
+
+# --- SIGINT: Ctrl-C on a long-running command (issue 31 §4) ------------------------------------
+# A terminal's Ctrl-C is SIGINT to the whole foreground process group: the tool and everything it
+# started. Each command runs as a job of its own (set -m: its own process group, SIGINT not
+# ignored as it is for a script's background commands) and gets SIGINT once it shows progress.
+# Then: exit 75 (saker(7): stopped after saving what can be resumed), the emergency checkpoint
+# on disk, and a message that says it was interrupted and how to resume.
+ctrl_c() {  # ctrl_c READY LOG CMD...: sets $got to CMD's exit code
+  local ready=$1 log=$2 pid deadline=$((SECONDS + 120))
+  shift 2
+  set -m
+  "$@" >"$log" 2>&1 </dev/null &
+  pid=$!
+  set +m
+  until [[ -s $ready ]] || ((SECONDS > deadline)) || ! kill -0 "$pid" 2>/dev/null; do sleep 0.2; done
+  kill -INT -- "-$pid" 2>/dev/null
+  deadline=$((SECONDS + 120))  # the emergency checkpoint takes well under a second here
+  while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
+  kill -0 "$pid" 2>/dev/null && kill -KILL -- "-$pid" 2>/dev/null
+  wait "$pid" && got=0 || got=$?
+  out=$(<"$log")
+}
+# check MSG CONDITION...: one assertion on $out, $got or the disk.
+check() {
+  local msg=$1; shift
+  if "$@"; then echo "ok - $msg"; pass=$((pass + 1))
+  else echo "not ok - $msg (exit $got)"; printf '%s\n' "$out" | tail -n 8 | sed 's/^/#   | /'; fail=$((fail + 1)); fi
+}
+has() { [[ $out == *"$1"* ]]; }
+hasnt() { [[ $out != *"$1"* ]]; }
+one_checkpoint() { [[ $("$ckpt" ls "$1" 2>/dev/null | grep -c ' ok') -ge 1 ]]; }
+
+"$train" make-data --out "$tmp/train.h5" --samples 512 --features 8 --classes 2 >/dev/null
+slow=(--data "$tmp/train.h5" --steps 1000000 --step-sleep-ms 20 --ckpt-every 0 --log-every 1)
+
+# saker-train alone.
+ctrl_c "$tmp/m-train" "$tmp/train.log" "$train" "${slow[@]}" --ckpt-dir "$tmp/c-train" --metrics-file "$tmp/m-train"
+check "SIGINT: saker-train exits 75" test "$got" = 75
+check "SIGINT: saker-train writes its emergency checkpoint and says how to resume" \
+  has "emergency checkpoint of step"
+check "SIGINT: saker-train's checkpoint is on disk and verifies" one_checkpoint "$tmp/c-train"
+
+# saker-run --local -n 2: the group holds saker-run and both ranks.
+ctrl_c "$tmp/m-run" "$tmp/run.log" "$run" --local -n 2 --grace 60 --ckpt-dir "$tmp/c-run" -- \
+  "$train" "${slow[@]}" --metrics-file "$tmp/m-run"
+check "SIGINT: saker-run --local exits 75" test "$got" = 75
+check "SIGINT: the ranks write the emergency checkpoint" has "emergency checkpoint at step"
+check "SIGINT: saker-run says the run was interrupted" has "interrupted (SIGINT"
+check "SIGINT: ... and how to resume" has "run again to resume from its emergency checkpoint"
+check "SIGINT: no rank is killed by it" hasnt "killed by SIGINT"
+check "SIGINT: saker-run's checkpoint is on disk and verifies" one_checkpoint "$tmp/c-run"
+
+# saker-sweep run: the trial that runs is left interrupted, with how to resume it.
+mkdir -p "$tmp/sweep" && cd "$tmp/sweep" || exit 1
+printf '%s\n' 'version: 1' 'name: ctrlc' \
+  "command: $run --local -n 1 --ckpt-dir {ckpt_dir} -- $train --data $tmp/train.h5 --lr {lr} --steps {budget} --step-sleep-ms 20 --ckpt-every 0 --log-every 1 --metrics-file {metrics}" \
+  'space: {lr: {choice: [0.01, 0.02]}}' 'search: {seed: 1, samples: 2}' 'metric: {name: eval_loss}' 'budget: {steps: 1000000}' >ctrlc.yaml
+ctrl_c "$tmp/sweep/ctrlc.sweep/trials/0/metrics" "$tmp/sweep.log" "$sweep" run ctrlc.yaml
+check "SIGINT: saker-sweep run exits 75" test "$got" = 75
+check "SIGINT: saker-sweep says the trial is interrupted" has "trial 0 interrupted at rung 0"
+check "SIGINT: ... and that running it again resumes it from its checkpoint" has "saker-sweep run ctrlc.yaml resumes it"
+check "SIGINT: ... never that a job resumes it (there is none)" hasnt "when this job runs again"
+check "SIGINT: no other trial starts" hasnt "trial 1 ("
+check "SIGINT: the trial's lineage holds the emergency checkpoint" one_checkpoint "$tmp/sweep/ctrlc.sweep/ckpt/ctrlc/trial-0"
+out=$("$sweep" status ctrlc.yaml 2>&1) && got=0 || got=$?
+check "SIGINT: saker-sweep status shows the trial interrupted" has "interrupted"
+check "SIGINT: ... and not running" hasnt "running"
+cd - >/dev/null || exit 1
 
 echo "# $pass passed, $fail failed"
 [[ $fail -eq 0 ]]

@@ -191,3 +191,65 @@ TEST_CASE("cli: a tool without subcommands") {
   std::tie(code, out, err) = call({"help"});  // a JOBID here, not a command
   CHECK(out == "job help");
 }
+
+// saker-run's front end (issue 31 §6): -n 4 and -n4, an internal option nobody sees, and option
+// parsing that stops at PROGRAM as with srun and torchrun.
+TEST_CASE("cli: one-letter aliases, hidden options and a program's command line") {
+  const Tool launcher{"saker-go", "launch",
+                      {{"", "[OPTIONS] PROGRAM [ARGS...]", "run PROGRAM",
+                        {{"local", "", "here"}, {"ntasks", "N", "ranks", false, 'n'}, {"srun-arg", "ARG", "for srun", true},
+                         {"secret", "", "internal", false, 0, true}},
+                        1, 99, "PROGRAM", true}},
+                      ""};
+  const auto call = [&](std::vector<std::string> words) {
+    std::ostringstream out, err;
+    const int code = main(launcher, words, [&](const Command&, const Args& a) {
+      out << "n=" << a.number("ntasks", 1, 1) << (a.has("secret") ? " secret" : "") << " |";
+      for (const auto& p : a.positional) out << " " << p;
+      for (const auto& s : a.all("srun-arg")) out << " srun:" << s;
+      return kOk;
+    }, out, err);
+    return std::make_tuple(code, out.str(), err.str());
+  };
+  auto [code, out, err] = call({"-n", "4", "train", "-n", "7", "--local", "--", "x"});
+  CHECK(code == kOk);
+  CHECK(out == "n=4 | train -n 7 --local -- x");  // PROGRAM's words are its own, "--" included
+  std::tie(code, out, err) = call({"-n2", "--secret", "--", "--odd", "--help"});
+  CHECK(out == "n=2 secret | --odd --help");
+  std::tie(code, out, err) = call({"--srun-arg=--cpu-bind=cores", "p"});
+  CHECK(out == "n=1 | p srun:--cpu-bind=cores");
+  // The value that looks like an option: the fix says how to write it.
+  std::tie(code, out, err) = call({"--srun-arg", "--cpu-bind=cores", "p"});
+  CHECK(code == kUsage);
+  CHECK(err.find("--srun-arg needs a value: the next word, --cpu-bind=cores, is taken for an option (fix: write "
+                 "--srun-arg=--cpu-bind=cores if that is its value)") != std::string::npos);
+  // A bad number is named as it was written, with a fix that says what is valid.
+  std::tie(code, out, err) = call({"-n", "0", "p"});
+  CHECK(code == kUsage);
+  CHECK(err.find("saker-go: -n is '0': it must be a whole number, 1 or more (fix: pass -n 1 or more)") != std::string::npos);
+  std::tie(code, out, err) = call({"-x", "p"});
+  CHECK(code == kUsage);
+  CHECK(err.find("saker-go: unknown option -x") != std::string::npos);
+  std::tie(code, out, err) = call({"--secre", "p"});  // never suggested
+  CHECK(err.find("did you mean --secret") == std::string::npos);
+  std::tie(code, out, err) = call({"--help"});
+  CHECK(out.find("-n, --ntasks N") != std::string::npos);
+  CHECK(out.find("secret") == std::string::npos);
+  std::tie(code, out, err) = call({"--local"});
+  CHECK(code == kUsage);
+  CHECK(err.find("saker-go: no PROGRAM given") != std::string::npos);
+}
+
+TEST_CASE("cli: an error that does not name its tool is printed after the tool's and command's names") {
+  std::vector<std::string> words{"show", "f"};
+  std::ostringstream out, err;
+  int code = main(tool(), words, [](const Command&, const Args&) -> int { throw Failure(kConflict, "the file changed"); },
+                  out, err);
+  CHECK(code == kConflict);
+  CHECK(err.str() == "saker: error: saker-demo show: the file changed\n");
+  std::ostringstream err2;
+  code = main(tool(), words, [](const Command&, const Args&) -> int { throw UsageError("--last and --key clash"); }, out,
+              err2);
+  CHECK(code == kUsage);
+  CHECK(err2.str().rfind("saker: error: saker-demo show: --last and --key clash\nusage: saker-demo show", 0) == 0);
+}

@@ -125,3 +125,37 @@ TEST_CASE("options: an abbreviated or mistyped option is named with the one mean
   CHECK_THROWS_WITH(parse({"--loacl", "-n", "1", "--", "x"}), Catch::Contains("unknown option --loacl; did you mean --local?"));
   CHECK_THROWS_WITH(parse({"--local", "-n", "0", "--", "x"}), Catch::Contains("pass -n 1 or more"));
 }
+
+// Issue 31 §6: saker-run on the shared front end (common/cli.hpp). Every bad value is a
+// cli::UsageError (exit 2) that names the option as written, the reason and the fix.
+TEST_CASE("options: bad values name the option, what is valid and the fix") {
+  using saker::cli::UsageError;
+  CHECK_THROWS_WITH(parse({"--local", "-n", "x", "--", "p"}),
+                    Catch::Contains("saker-run: -n is 'x': it must be a whole number, 1 or more (fix: pass -n 1 or more)"));
+  CHECK_THROWS_WITH(parse({"--local", "--ntasks=0", "p"}), Catch::Contains("--ntasks is '0'"));
+  CHECK_THROWS_WITH(parse({"--local", "-n", "99999999", "p"}), Catch::Contains("pass -n 1 to 65536"));
+  CHECK_THROWS_WITH(parse({"--max-restarts", "-1", "--", "p"}),
+                    Catch::Contains("--max-restarts is '-1': it must be a whole number from 0 to 1000000"));
+  CHECK_THROWS_WITH(parse({"--grace", "soon", "p"}), Catch::Contains("--grace is 'soon': it must be a number, 0 or more (fix: pass --grace 0 or more)"));
+  CHECK_THROWS_AS(parse({"--timeout", "-5", "p"}), UsageError);
+  CHECK_THROWS_AS(parse({"--resize-wait", "inf", "p"}), UsageError);
+  CHECK_THROWS_WITH(parse({"--master-port", "70000", "p"}), Catch::Contains("from 0 to 65535"));
+  CHECK_THROWS_WITH(parse({"--ckpt-dir"}), Catch::Contains("saker-run: --ckpt-dir needs a value"));
+  CHECK_THROWS_WITH(parse({"--local"}), Catch::Contains("saker-run: no PROGRAM given"));
+  CHECK_THROWS_WITH(parse({"--nodes", "3:1", "p"}), Catch::StartsWith("saker-run: --nodes 3:1"));
+  CHECK_THROWS_WITH(parse({"--on-node-loss", "pray", "p"}), Catch::StartsWith("saker-run: --on-node-loss=pray"));
+  CHECK_THROWS_AS(parse({"--transit", "tls", "p"}), UsageError);
+  CHECK_THROWS_WITH(parse({"--local", "--local", "p"}), Catch::Contains("--local is given twice"));
+  CHECK_THROWS_WITH(parse({"--local", "--nodes", "1:2", "p"}), Catch::Contains("--nodes with --local"));
+}
+
+TEST_CASE("options: --exec-rank is accepted but never shown; --help lists the rest with -n") {
+  CHECK(parse({"--exec-rank", "--", "p"}).exec_rank);
+  std::string help;
+  std::vector<const char*> argv{"saker-run", "--help"};
+  CHECK(parse_run_options(2, argv.data(), &help).help);
+  CHECK(help.find("-n, --ntasks N") != std::string::npos);
+  CHECK(help.find("--srun-arg ARG") != std::string::npos);
+  CHECK(help.find("exec-rank") == std::string::npos);
+  CHECK(help.find("75") != std::string::npos);  // the exit codes of saker(7)
+}
