@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # hvd.elastic.LogicalWorkers (issue 32 §2, saker.torch's opt-in): the same script with 4
 # logical workers ends with the same parameter bits on 1, 2, 3 and 4 ranks (saker-run
-# --local: shared memory, and the TCP ring), while the way a Horovod script trains (plain)
+# --local: shared memory, and the TCP ring), and through hvd.elastic.run resized from 4
+# ranks to 2 by saker-run's resize notice, while the way a Horovod script trains (plain)
 # ends with other bits on 2 and 4 ranks; 5 ranks for 4 workers are refused, naming both.
 source "$(dirname "$0")/../integration/lib.sh"
 py=/usr/bin/python3
@@ -32,6 +33,23 @@ done
 assert_rc 0 "4 logical workers on 3 ranks over the TCP ring" -- env SAKER_COMM_TRANSPORT=ring \
   "$run" --local -n 3 --max-restarts 0 -- $py "$script" 4 logical
 assert_eq "$want" "$(hashes "$IT_OUT" logical)" "over the TCP ring too"
+
+# Inside hvd.elastic.run, committed every 5 steps: uninterrupted on 4 ranks; then resized
+# by a notice after step 10 (every rank stops at that commit, exit 75) and resumed on 2.
+assert_rc 0 "elastic, uninterrupted on 4 ranks" -- "$run" --local -n 4 --max-restarts 0 --ckpt-dir "$tmp/e1" -- \
+  $py "$script" 4 elastic
+assert_eq "$want" "$(hashes "$IT_OUT" elastic)" "elastic on 4 ranks ends with the 1-rank bits"
+notice=$tmp/notice
+assert_rc 75 "elastic on 4 ranks, a resize notice naming 2 after step 10" -- env LOGICAL_NOTICE=10:2 \
+  "$run" --local -n 4 --max-restarts 0 --ckpt-dir "$tmp/e2" -- env SAKER_RESIZE_NOTICE="$notice" $py "$script" 4 elastic
+assert_eq 0 "$(ranks_done "$IT_OUT" elastic)" "no rank went on past the notice"
+rm -f "$notice"
+assert_rc 0 "resumed on 2 ranks" -- "$run" --local -n 2 --max-restarts 0 --ckpt-dir "$tmp/e2" -- \
+  env SAKER_RESIZE_NOTICE="$notice" $py "$script" 4 elastic
+assert_contains "$IT_OUT" "resumed from commit 2 (" "from the notice's commit (the second, at step 10)"
+assert_contains "$IT_OUT" "saved by 4 rank(s); now 2" "saved by 4 ranks, resumed by 2"
+assert_eq 2 "$(ranks_done "$IT_OUT" elastic)" "both ranks finished"
+assert_eq "$want" "$(hashes "$IT_OUT" elastic)" "4 -> notice -> 2 ends with the uninterrupted run's bits"
 
 # The control: trained as a Horovod script trains, the bits follow the world size.
 assert_rc 0 "plain on 2 ranks" -- "$run" --local -n 2 --max-restarts 0 -- $py "$script" 4 plain

@@ -2,13 +2,17 @@
 dropout trained for 30 steps by L logical workers prints a hash of its parameters, which
 must be the same bits on every world size 1..L (tests/python/torch_elastic_logical.sh).
 
-    torch_elastic_logical_check.py L logical|plain
+    torch_elastic_logical_check.py L logical|elastic|plain
 
-plain trains the way a Horovod script does (each rank its share of the batch, its own
+elastic is logical inside hvd.elastic.run with a TorchState committed every 5 steps;
+LOGICAL_NOTICE=STEP:SIZE has rank 0 write SIZE into $SAKER_RESIZE_NOTICE after STEP
+steps, as saker-run does to resize (every rank then stops at the next commit, exit 75,
+and the same command at another size resumes from it). plain trains the way a Horovod script does (each rank its share of the batch, its own
 random numbers, an allreduce of the gradients): the control whose hash follows the world
 size, which shows the comparison can fail."""
 
 import hashlib
+import os
 import sys
 
 import torch
@@ -33,8 +37,10 @@ def loss_of(xb, yb):
     return torch.nn.functional.cross_entropy(model(xb), yb, reduction="sum")
 
 
-workers = hvd.elastic.LogicalWorkers(L, seed=1) if mode == "logical" else None
-for step in range(30):
+workers = hvd.elastic.LogicalWorkers(L, seed=1) if mode != "plain" else None
+
+
+def one_step(step):
     start = step * B % 512
     xb, yb = X[start:start + B], y[start:start + B]
     if workers is not None:
@@ -52,5 +58,26 @@ for step in range(30):
         for p in model.parameters():
             p.grad = hvd.allreduce(p.grad, op=hvd.Sum) / L
     opt.step()
+
+
+if mode == "elastic":
+    state = hvd.elastic.TorchState(model, opt, step=0)
+    notice = os.environ.get("LOGICAL_NOTICE")
+
+    @hvd.elastic.run
+    def train(state):
+        while state.step < 30:
+            one_step(state.step)
+            state.step += 1
+            if notice and hvd.rank() == 0 and int(notice.split(":")[0]) == state.step:
+                with open(os.environ["SAKER_RESIZE_NOTICE"], "w") as f:
+                    f.write(notice.split(":")[1] + "\n")
+            if state.step % 5 == 0:
+                state.commit()
+
+    train(state)
+else:
+    for step in range(30):
+        one_step(step)
 digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()[:32]
 print(f"rank {hvd.rank()}/{hvd.size()} {mode} params {digest}", flush=True)
