@@ -43,6 +43,7 @@ void slurm_facet(json::Writer& w, const StepEvent& e) {
   w.key("user").value(a.user).key("uid").value(static_cast<std::uint64_t>(a.uid)).key("account").value(a.account);
   w.key("partition").value(a.partition).key("zone").value(a.zone).key("nodes").value(a.nodes).key("node").value(a.node);
   w.key("auditLog").value(a.audit_log).key("auditHead").value(a.audit_head);
+  w.key("restartCount").value(static_cast<std::uint64_t>(e.restart_count));
   if (e.type != EventType::start) {
     w.key("tasks").value(static_cast<std::uint64_t>(e.tasks)).key("failedTasks").value(static_cast<std::uint64_t>(e.failed_tasks));
     if (!e.outputs_note.empty()) w.key("outputsNote").value(e.outputs_note);
@@ -51,7 +52,7 @@ void slurm_facet(json::Writer& w, const StepEvent& e) {
 }
 
 void run(json::Writer& w, const StepEvent& e) {
-  w.key("run").begin_object().key("runId").value(run_id(e.job_namespace, e.facts)).key("facets").begin_object();
+  w.key("run").begin_object().key("runId").value(run_id(e.job_namespace, e.facts, e.restart_count)).key("facets").begin_object();
   slurm_facet(w, e);
   if (e.type == EventType::fail) {
     facet_head(w, "errorMessage", kErrorFacetSchema);
@@ -125,9 +126,9 @@ void finish(StepEvent& e, std::int64_t time_ms) {
   e.time_ms = time_ms;
 }
 
-std::string run_id(const std::string& job_namespace, const Attestation& a) {
+std::string run_id(const std::string& job_namespace, const Attestation& a, std::uint32_t restart_count) {
   const std::string name = "saker-openlineage-run-v1\n" + job_namespace + "\n" + a.job_id + "\n" + a.array_job_id + "_" +
-                           a.array_task_id + "\n" + a.step_id;
+                           a.array_task_id + "\n" + a.step_id + "\n" + std::to_string(restart_count);
   std::string b = *unhex(sha256_hex(name).substr(0, 32));
   b[6] = static_cast<char>((b[6] & 0x0f) | 0x80);  // version 8
   b[8] = static_cast<char>((b[8] & 0x3f) | 0x80);  // RFC 9562 variant
@@ -167,7 +168,8 @@ std::string event_file_name(const StepEvent& e) {
   check_part(job, "job id");
   check_part(a.step_id, "step");
   check_part(a.node, "node name");
-  return "job-" + job + "." + a.step_id + "." + a.node + "." + type_name(e.type) + ".json";
+  const std::string restart = e.restart_count > 0 ? ".r" + std::to_string(e.restart_count) : "";
+  return "job-" + job + "." + a.step_id + "." + a.node + restart + "." + type_name(e.type) + ".json";
 }
 
 }  // namespace saker::provenance::openlineage

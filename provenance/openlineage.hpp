@@ -47,6 +47,7 @@ struct StepEvent {
   std::string job_namespace = "slurm";
   std::string job_name;      // Slurm's job name ("" gives "job")
   Attestation facts;         // ids, user, zone, datasets, audit head: what the site knows (not signed here)
+  std::uint32_t restart_count = 0;  // Slurm's: a requeued job runs its steps again, as new runs
   std::vector<Output> outputs;
   std::string outputs_note;  // why outputs may be incomplete ("" when the listing was whole)
   std::uint32_t tasks = 0, failed_tasks = 0;  // end events: this node's tasks and how many failed
@@ -60,8 +61,9 @@ void record_task_exit(StepEvent& e, int status);
 void finish(StepEvent& e, std::int64_t time_ms);
 
 // The step's run id: a UUID (RFC 9562 version 8, name-based on SHA-256) of the namespace,
-// job id and step, so every node computes the same one without talking to the others.
-std::string run_id(const std::string& job_namespace, const Attestation& facts);
+// job id, step and restart count, so every node computes the same one without talking to
+// the others, and a requeued job's steps are new runs.
+std::string run_id(const std::string& job_namespace, const Attestation& facts, std::uint32_t restart_count = 0);
 
 // ISO 8601 UTC with milliseconds: "2026-11-27T12:47:01.042Z".
 std::string event_time(std::int64_t unix_ms);
@@ -72,7 +74,8 @@ std::string job_name(const StepEvent& e);
 // The RunEvent as one line of JSON (no trailing newline).
 std::string event_json(const StepEvent& e);
 
-// "job-J.STEP.NODE.TYPE.json" (J is "A_T" for an array task). Throws saker::Error when the
+// "job-J.STEP.NODE.TYPE.json" (J is "A_T" for an array task; NODE is followed by ".rN"
+// when a requeued job runs for the Nth time again). Throws saker::Error when the
 // ids or the node name could make a path ('/', "..", control characters).
 std::string event_file_name(const StepEvent& e);
 

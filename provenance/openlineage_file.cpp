@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 
 #include "provenance/openlineage.hpp"
 
@@ -64,7 +65,11 @@ std::string write_event(const std::string& dir, const std::string& name, const s
     ::close(dfd);
     return problem;
   }
-  const std::string tmp = "." + name + "." + std::to_string(::getpid()) + ".tmp";
+  // pid and time: a temporary another (dead) process of the same pid left is never ours.
+  timespec now {};
+  ::clock_gettime(CLOCK_MONOTONIC, &now);
+  const std::string tmp = "." + name + "." + std::to_string(::getpid()) + "." + std::to_string(now.tv_sec) +
+                          std::to_string(now.tv_nsec) + ".tmp";
   const int fd = ::openat(dfd, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
     const std::string problem = sys("cannot create " + dir + "/" + tmp);

@@ -69,6 +69,7 @@ void start(spank_t sp, const Config& config) {
   }
   spank_get_item(sp, S_JOB_UID, &g_step.uid);
   spank_get_item(sp, S_JOB_GID, &g_step.gid);
+  g_step.event.restart_count = record->restart_count;  // from slurmctld, through the prolog
   g_step.dir = config.openlineage_dir;
   g_step.start_ns = ol::step_start_ns();
   g_step.start_unix = std::time(nullptr);

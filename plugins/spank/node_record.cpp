@@ -41,7 +41,8 @@ std::string format_node_record(const NodeRecord& r) {
          "partition=" + one_line(r.partition) + "\n" +
          "nodes=" + one_line(r.nodes) + "\n" +
          "zone=" + one_line(r.zone) + "\n" +
-         "policy_revision=" + one_line(r.policy_revision) + "\n";
+         "policy_revision=" + one_line(r.policy_revision) + "\n" +
+         "restart_count=" + std::to_string(r.restart_count) + "\n";
 }
 
 // Plain string splitting, not std::istringstream: every task start reads a record, and
@@ -80,6 +81,7 @@ NodeRecord parse_node_record(const std::string& text) {
     else if (key == "nodes") r.nodes = value;
     else if (key == "zone") r.zone = value;
     else if (key == "policy_revision") r.policy_revision = value;
+    else if (key == "restart_count") r.restart_count = static_cast<std::uint32_t>(std::stoul(value));
     else throw Error("node record: unknown key '" + std::string(key) + "'");
   }
   // A record of the previous format (9 fields, no transit) was written by the prolog of a
@@ -87,8 +89,9 @@ NodeRecord parse_node_record(const std::string& text) {
   // drop it and let the step check the policy itself.
   if (seen == 9 && r.transit.empty()) r.verdict.clear(), r.verdict_message.clear(), r.policy_id.clear();
   // 10 fields: a record of the release before the attestation's four (partition, nodes,
-  // zone, policy_revision), which then stay empty.
-  else if (seen != 10 && seen != 14) throw Error("node record: " + std::to_string(seen) + " fields, expected 14 (a truncated file?)");
+  // zone, policy_revision), which then stay empty; 14: before restart_count (then 0).
+  else if (seen != 10 && seen != 14 && seen != 15)
+    throw Error("node record: " + std::to_string(seen) + " fields, expected 15 (a truncated file?)");
   return r;
 }
 

@@ -39,6 +39,10 @@ struct NodeRecord {
   // policy, as root: SLURM_JOB_PARTITION, SLURM_JOB_NODELIST, this node's zone and the
   // policy's revision. Empty in a record an older prolog wrote.
   std::string partition, nodes, zone, policy_revision;
+  // SLURM_JOB_RESTART_COUNT of the prolog: which run of a requeued job this is, from
+  // slurmctld (slurmstepd's own item says 0 for a requeued batch step in Slurm 22.05). The
+  // OpenLineage events tell a requeued job's runs apart by it (lineage_hook.hpp).
+  std::uint32_t restart_count = 0;
 };
 
 // The identity of a policy file for the cache above ("" when it cannot be stat()ed).

@@ -17,6 +17,7 @@ NodeRecord node_record_from_env(std::uint32_t job_id, Getenv get) {
   // Slurm 22.05's prolog gets SLURM_NODELIST; later releases also SLURM_JOB_NODELIST.
   if (const char* v = get("SLURM_JOB_NODELIST")) r.nodes = v;
   else if (const char* w = get("SLURM_NODELIST")) r.nodes = w;
+  if (const char* v = get("SLURM_JOB_RESTART_COUNT")) r.restart_count = static_cast<std::uint32_t>(std::strtoul(v, nullptr, 10));
   if (const char* v = get("SPANK_SAKER_DATASETS")) {
     try {
       r.datasets = policy::parse_dataset_list(v);

@@ -91,6 +91,21 @@ assert_eq "saker2 saker[1-2] 1" "$(field "$(ev "$two" 0 COMPLETE saker2)" "' '.j
 assert_rc 1 "another step's run id differs" -- \
   test "$(field "$(ev "$two" 0 START saker1)" "e['run']['runId']")" = "$(field "$(ev "$job" 0 START)" "e['run']['runId']")"
 
+# --- a requeued job runs its steps again as new runs (Slurm's restart count).
+rjob=$(sbatch --parsable -p cpu-ae -w saker1 --requeue --dataset=imagenet@2012 -J requeued -o /dev/null \
+  --wrap 'if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then sleep 120; fi')
+it_wait_for 30 "job $rjob's first run started" test -e "$(ev "$rjob" batch START)"
+scontrol requeue "$rjob"
+it_wait_for 30 "its first run's end is FAIL (killed by the requeue)" test -e "$(ev "$rjob" batch FAIL)"
+assert_eq COMPLETED "$(it_job_wait "$rjob" 90)" "job $rjob runs again and completes"
+r1=$ol/job-$rjob.batch.saker1.r1
+it_wait_for 30 "the second run's COMPLETE event is written" test -e "$r1.COMPLETE.json"
+assert_eq 1 "$(field "$r1.START.json" "e['run']['facets']['saker_slurm']['restartCount']")" "it states restart 1"
+assert_eq "$(field "$r1.START.json" "e['run']['runId']")" "$(field "$r1.COMPLETE.json" "e['run']['runId']")" \
+  "the second run's START and COMPLETE share a run id"
+assert_rc 1 "which is not the first run's" -- \
+  test "$(field "$r1.START.json" "e['run']['runId']")" = "$(field "$(ev "$rjob" batch START)" "e['run']['runId']")"
+
 # --- all of them are OpenLineage RunEvents.
 assert_rc 0 "every event passes the structural check${SAKER_OPENLINEAGE_SCHEMA:+ and the published OpenLineage schema}" -- $CHECK "$ol"/*.json
 assert_not_contains "$IT_OUT" "invalid" "none is invalid"

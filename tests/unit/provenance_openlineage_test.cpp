@@ -9,11 +9,13 @@
 
 #include <catch2/catch.hpp>
 #include <fstream>
+#include <map>
 
 #include "ckpt_test_util.hpp"
 #include "common/error.hpp"
 #include "common/file.hpp"
 #include "config.h"
+#include "plugins/spank/node_record.hpp"
 #include "provenance/openlineage.hpp"
 #include "provenance/openlineage_outputs.hpp"
 #include "provenance_test_util.hpp"
@@ -54,7 +56,7 @@ TEST_CASE("openlineage: a START event holds what OpenLineage requires and the Sl
   CHECK_THAT(j, Catch::Contains("\"jobId\":\"4242\",\"stepId\":\"0\",\"user\":\"saker-alice\",\"uid\":1001,"
                                 "\"account\":\"radiology\",\"partition\":\"ae\",\"zone\":\"AE\",\"nodes\":\"saker[1-2]\","
                                 "\"node\":\"saker1\",\"auditLog\":\"/var/spool/saker/saker1/launch-audit.log\","
-                                "\"auditHead\":\"7:0123abcd\"}}}"));
+                                "\"auditHead\":\"7:0123abcd\",\"restartCount\":0}}}"));
   CHECK_THAT(j, Catch::Contains("\"job\":{\"namespace\":\"slurm://ae1\",\"name\":\"saker-alice.train.0\"}"));
   // Inputs: the admitted datasets, with OpenLineage's version facet and Saker's own.
   CHECK_THAT(j, Catch::Contains("\"inputs\":[{\"namespace\":\"saker-dataset\",\"name\":\"patients\","
@@ -113,6 +115,23 @@ TEST_CASE("openlineage: the end event is FAIL when a task failed, and says which
   CHECK_THAT(ol::event_json(k), Catch::Contains("\"errorMessage\""));
 }
 
+TEST_CASE("openlineage: a requeued job's run is known from the prolog's restart count", "[openlineage][node_record]") {
+  const std::map<std::string, std::string> env = {{"SLURM_JOB_UID", "1001"}, {"SLURM_JOB_USER", "saker-alice"},
+                                                  {"SLURM_JOB_RESTART_COUNT", "2"}};
+  const auto get = [&](const char* k) -> const char* {
+    const auto it = env.find(k);
+    return it == env.end() ? nullptr : it->second.c_str();
+  };
+  const saker::spank::NodeRecord r = saker::spank::node_record_from_env(9, get);
+  CHECK(r.restart_count == 2);
+  const std::string text = saker::spank::format_node_record(r);
+  CHECK(saker::spank::parse_node_record(text).restart_count == 2);
+  // A record the previous release's prolog wrote (14 fields) reads as the first run.
+  const auto old = saker::spank::parse_node_record(text.substr(0, text.find("restart_count=")));
+  CHECK(old.restart_count == 0);
+  CHECK(old.user == "saker-alice");
+}
+
 TEST_CASE("openlineage: the run id is a UUID, the same for a step everywhere, another for another step", "[openlineage]") {
   const auto a = sample_attestation();
   const std::string id = ol::run_id("slurm", a);
@@ -135,6 +154,13 @@ TEST_CASE("openlineage: the run id is a UUID, the same for a step everywhere, an
   array_task.array_job_id = "4240";
   array_task.array_task_id = "2";
   CHECK(ol::run_id("slurm", array_task) != id);
+  // A requeued job runs its steps again: new runs.
+  CHECK(ol::run_id("slurm", a, 1) != id);
+  CHECK(ol::run_id("slurm", a, 0) == id);
+  ol::StepEvent requeued = sample_event(ol::EventType::start);
+  requeued.restart_count = 2;
+  CHECK_THAT(ol::event_json(requeued), Catch::Contains("\"runId\":\"" + ol::run_id("slurm://ae1", requeued.facts, 2) + "\""));
+  CHECK_THAT(ol::event_json(requeued), Catch::Contains("\"restartCount\":2}"));
 }
 
 TEST_CASE("openlineage: event times and job names", "[openlineage]") {
@@ -150,6 +176,8 @@ TEST_CASE("openlineage: event times and job names", "[openlineage]") {
   e.facts.array_task_id = "2";
   e.type = ol::EventType::fail;
   CHECK(ol::event_file_name(e) == "job-4240_2.0.saker1.FAIL.json");
+  e.restart_count = 1;
+  CHECK(ol::event_file_name(e) == "job-4240_2.0.saker1.r1.FAIL.json");
   e.facts.node = "../etc";
   CHECK_THROWS_AS(ol::event_file_name(e), saker::Error);
   e.facts.node = "saker1";
