@@ -109,7 +109,7 @@ assert_rc 1 "which is not the first run's" -- \
 # --- all of them are OpenLineage RunEvents.
 assert_rc 0 "every event passes the structural check${SAKER_OPENLINEAGE_SCHEMA:+ and the published OpenLineage schema}" -- $CHECK "$ol"/*.json
 assert_not_contains "$IT_OUT" "invalid" "none is invalid"
-assert_contains "$IT_OUT" "Saker facets validated against provenance/openlineage-facets.json" "Saker's facets match Saker's schema for them"
+assert_contains "$IT_OUT" "Saker facets validated against provenance/openlineage-facets.json" "Saker's facets match Saker's schema for them (python3-jsonschema, from scripts/install-deps)"
 it_log "$(grep '^facets:' <<<"$IT_OUT")"
 it_log "$(grep '^schema:' <<<"$IT_OUT")"
 echo '{"eventType":"START","eventTime":"yesterday","run":{"runId":"x"},"job":{"namespace":"n"}}' >"$IT_TMP/bad.json"
