@@ -86,6 +86,31 @@ const cli::Tool& tool() {
   return t;
 }
 
+// The string value of "key" in a flat JSON object as Python's json.dumps writes it; "" if
+// absent. Escapes other than \" and \\ are kept as written (show only prints it).
+std::string json_string_field(const std::string& json, const std::string& key) {
+  const std::string head = "\"" + key + "\": \"";
+  std::size_t at = json.find(head);
+  if (at == std::string::npos) return "";
+  std::string value;
+  for (at += head.size(); at < json.size() && json[at] != '"'; ++at) {
+    if (json[at] == '\\' && at + 1 < json.size() && (json[at + 1] == '"' || json[at + 1] == '\\')) ++at;
+    value += json[at];
+  }
+  return value;
+}
+
+// A saker.torch checkpoint's config holds its optimizer and extra state as a base64 pickle
+// ("meta"): show its summary and what it is, never the pickle itself (issue 31 §8).
+std::string config_text(const std::string& config) {
+  if (config.empty()) return "(empty)";
+  if (config.rfind("{\"format\": \"saker.torch/", 0) != 0) return config;
+  const std::string summary = json_string_field(config, "summary");
+  return json_string_field(config, "format") + ": PyTorch state pickled by saker.torch.checkpoint (" +
+         std::to_string(json_string_field(config, "meta").size() * 3 / 4) + " bytes; load_latest() reads it)" +
+         (summary.empty() ? "" : "\n                " + summary);
+}
+
 std::string human_bytes(std::uint64_t n) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = static_cast<double>(n);
@@ -246,7 +271,7 @@ int cmd_show(const fs::path& file) {
   std::printf("encryption:     %s%s\n", info.encryption.c_str(),
               info.key_id.empty() ? "" : (" (key id " + info.key_id + ")").c_str());
   std::printf("lineage:        %s\n", info.lineage.empty() ? "(none recorded)" : ck::format_lineage(info.lineage).c_str());
-  std::printf("config:         %s\n", info.config.empty() ? "(empty)" : info.config.c_str());
+  std::printf("config:         %s\n", config_text(info.config).c_str());
   show_provenance(info);
   std::printf("tensors:        %zu\n", info.tensors.size());
   std::printf("  %-5s  %-32s  %-8s  %-18s  %-24s  %10s  %s\n", "SHARD", "NAME", "DTYPE", "SHAPE", "PLACEMENT", "BYTES",

@@ -105,6 +105,15 @@ for script in train_hvd train_ddp; do
   assert_eq "$(hash_of "$IT_OUT" 0)" "$(hash_of "$hvd1" 0)" "$script after preemption: the uninterrupted hash"
 done
 
+# saker-ckpt show says what a torch checkpoint's config holds, never its base64 pickle (issue 31 §8).
+main_ckpt=$(ls "$tmp"/pre-train_hvd/ckpt-*.h5 | grep -v shard | tail -n 1)
+assert_rc 0 "saker-ckpt show of a saker.torch checkpoint" -- "$SAKER_BUILDDIR/ckpt/saker-ckpt/saker-ckpt" show "$main_ckpt"
+assert_contains "$IT_OUT" "config:         saker.torch/1: PyTorch state pickled by saker.torch.checkpoint" \
+  "its config is named for what it is"
+assert_contains "$IT_OUT" "model: 6 tensors (conv1.weight, conv1.bias" "its summary names the model's tensors"
+assert_contains "$IT_OUT" "optimizer: 1 param group(s) lr=" "and the optimizer's settings"
+assert_not_contains "$IT_OUT" '"meta": "' "the pickle itself is not printed"
+
 # The checkpoints are libsaker_ckpt's: one HDF5 dataset per parameter, for h5py.
 assert_rc 0 "h5py sees the parameters by name" -- $py -c "
 import glob, h5py

@@ -120,8 +120,29 @@ def _args(host):
     return [(n, _DTYPES[t.dtype], list(t.shape), t.data_ptr(), t.numel() * t.element_size(), False) for n, t in host]
 
 
+def _summary(meta):
+    """One line for saker-ckpt show: what the pickle holds, readable without Python (issue 31)."""
+    parts = []
+    if "model_keys" in meta:
+        keys = meta["model_keys"]
+        parts.append(f"model: {len(keys)} tensors ({', '.join(keys[:6])}{', ...' if len(keys) > 6 else ''})")
+    if "optimizer" in meta:
+        groups = meta["optimizer"]["param_groups"]
+        settings = {k: v for k, v in (groups[0] if groups else {}).items()
+                    if k != "params" and isinstance(v, (bool, int, float))}
+        parts.append(f"optimizer: {len(groups)} param group(s)" +
+                     "".join(f" {k}={v}" for k, v in settings.items()))
+    extra = meta.get("extra")
+    parts.append("extra: " + ("none" if extra is None else
+                              "keys " + ", ".join(sorted(map(str, extra))) if isinstance(extra, dict) else
+                              type(extra).__name__))
+    return "; ".join(parts)
+
+
 def _config(meta):
-    return json.dumps({"format": _FORMAT, "meta": base64.b64encode(pickle.dumps(meta)).decode()})
+    # "meta" is what load() needs (a pickle); "summary" is for people (saker-ckpt show).
+    return json.dumps({"format": _FORMAT, "summary": _summary(meta),
+                       "meta": base64.b64encode(pickle.dumps(meta)).decode()})
 
 
 def save(directory, model=None, optimizer=None, step=0, extra=None, epoch=0, keep_last=3, key_file=None,
