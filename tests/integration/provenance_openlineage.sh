@@ -88,6 +88,8 @@ assert_eq "$(field "$(ev "$two" 0 START saker1)" "e['run']['runId']")" "$(field 
   "both nodes' events share the step's run id"
 assert_eq "saker2 saker[1-2] 1" "$(field "$(ev "$two" 0 COMPLETE saker2)" "' '.join(str(e['run']['facets']['saker_slurm'][k]) for k in ('node','nodes','tasks'))")" \
   "saker2's event names itself, the job's nodes and its own task"
+assert_contains "$(field "$(ev "$two" 0 COMPLETE saker1)" "e['run']['facets']['saker_slurm'].get('outputsNote', '')")" \
+  "SAKER_CKPT_DIR was not set" "a step without a checkpoint directory says its outputs are unknown"
 assert_rc 1 "another step's run id differs" -- \
   test "$(field "$(ev "$two" 0 START saker1)" "e['run']['runId']")" = "$(field "$(ev "$job" 0 START)" "e['run']['runId']")"
 
