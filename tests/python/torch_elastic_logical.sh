@@ -44,8 +44,9 @@ assert_rc 75 "elastic on 4 ranks, a resize notice naming 2 after step 10" -- env
   "$run" --local -n 4 --max-restarts 0 --ckpt-dir "$tmp/e2" -- env SAKER_RESIZE_NOTICE="$notice" $py "$script" 4 elastic
 assert_eq 0 "$(ranks_done "$IT_OUT" elastic)" "no rank went on past the notice"
 rm -f "$notice"
+# Asked for L = 2 now: the committed L (4, in the TorchState) wins.
 assert_rc 0 "resumed on 2 ranks" -- "$run" --local -n 2 --max-restarts 0 --ckpt-dir "$tmp/e2" -- \
-  env SAKER_RESIZE_NOTICE="$notice" $py "$script" 4 elastic
+  env SAKER_RESIZE_NOTICE="$notice" $py "$script" 2 elastic
 assert_contains "$IT_OUT" "resumed from commit 2 (" "from the notice's commit (the second, at step 10)"
 assert_contains "$IT_OUT" "saved by 4 rank(s); now 2" "saved by 4 ranks, resumed by 2"
 assert_eq 2 "$(ranks_done "$IT_OUT" elastic)" "both ranks finished"

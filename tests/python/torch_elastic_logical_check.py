@@ -37,7 +37,7 @@ def loss_of(xb, yb):
     return torch.nn.functional.cross_entropy(model(xb), yb, reduction="sum")
 
 
-workers = hvd.elastic.LogicalWorkers(L, seed=1) if mode != "plain" else None
+workers = hvd.elastic.LogicalWorkers(L, seed=1) if mode == "logical" else None
 
 
 def one_step(step):
@@ -61,11 +61,14 @@ def one_step(step):
 
 
 if mode == "elastic":
-    state = hvd.elastic.TorchState(model, opt, step=0)
+    # L lives in the committed state: a resume keeps the run's L whatever argv says.
+    state = hvd.elastic.TorchState(model, opt, step=0, logical=L)
     notice = os.environ.get("LOGICAL_NOTICE")
 
     @hvd.elastic.run
     def train(state):
+        global workers
+        workers = hvd.elastic.LogicalWorkers(state.logical, seed=1)
         while state.step < 30:
             one_step(state.step)
             state.step += 1

@@ -23,6 +23,9 @@ What makes it size-independent, as in saker-train (saker-train(1), Logical worke
     x[s] + x[s+1] + ... + x[s-1]), whatever the mapping: rank q folds the segments of its
     own workers from every worker's contribution (an alltoall moves them there), and an
     allgather shares the result. fp32 only; the division by L is the same on every rank.
+In hvd.elastic.run, keep L in the TorchState (TorchState(model, optimizer, logical=L))
+and make the LogicalWorkers from state.logical inside the run function: a resume then
+keeps the committed L (another L sums in another order: not the same run).
 Scripts that do not opt in keep DistributedOptimizer, whose sum follows the transport.
 Fix torch's intra-op threads (torch.set_num_threads) to one count for every world size:
 BLAS may split a product's reduction by thread count, and saker-run sizes ranks' thread
