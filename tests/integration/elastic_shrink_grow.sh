@@ -4,7 +4,8 @@
 # crashed machine would), goes on at once with 3 nodes in the same allocation without a
 # requeue, loses a second node and goes on with 2, and grows back to 4 nodes when the
 # nodes' slurmd return (Slurm's job expansion gives them back, the ranks stop at a
-# checkpoint boundary); its final weights equal the uninterrupted run's. Refusals: a bad --nodes
+# checkpoint boundary), loses a node again during that grow and shrinks to 3; its final
+# weights equal the uninterrupted run's. Refusals: a bad --nodes
 # range, MIN above the allocation, and a loss below MIN, which requeues.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/train_lib.sh"
@@ -61,7 +62,14 @@ fi
 
 elastic_revive_node "$victim"
 elastic_revive_node "$victim2"
-wait_for_line 120 "$out" "^saker-run: attempt [4-9] starting at .* 4 nodes, 4 ranks\)"
+wait_for_line 120 "$out" "growing to 4 nodes \\(4 ranks\\) at the ranks. next checkpoint boundary"
+# A loss during the grow: $victim's slurmd dies again as soon as saker-run decides to grow
+# onto it (the 2-rank attempt is still stopping at its checkpoint boundary, or the 4-rank
+# attempt is starting). The run must shrink again instead of hanging on the dead node.
+kill -KILL "$(cat "$IT_PREFIX/run/slurmd-$victim.pid")"
+echo "# killed $victim's slurmd again during the grow at $(now)"
+it_wait_for 150 "a 3-rank attempt after the loss during the grow" \
+  eval '(( $(grep -c "^saker-run: attempt [0-9]* starting at .* 3 nodes, 3 ranks)" "$out") >= 2 ))'
 text=$(cat "$out")
 assert_contains "$text" "node $victim is part of job $job again" "Slurm's job expansion gave $victim back to the job"
 if ((released2)); then
@@ -69,12 +77,15 @@ if ((released2)); then
 fi
 assert_contains "$text" "growing to 4 nodes (4 ranks) at the ranks' next checkpoint boundary" "saker-run asked the ranks to stop at a checkpoint boundary"
 assert_contains "$text" "stopped for the grow" "the grow is not a failure"
+assert_eq 2 "$(grep -c "node(s) $victim lost: going on at once with 3 of" "$out")" \
+  "the loss of $victim during the grow shrinks the run again (the second time $victim is lost)"
 assert_eq COMPLETED "$(it_job_wait "$job" 150)" "the job completes"
+elastic_revive_node "$victim"
 text=$(cat "$out")
 assert_contains "$text" ": resized after" "the summary shows the resize"
 assert_not_contains "$text" "restart count 1" "never requeued"
 if [[ -n $logical ]]; then
-  assert_eq "$h" "$(hash_of "$out")" "after two shrinks and a grow the weights equal the uninterrupted 4-rank run's, bit for bit"
+  assert_eq "$h" "$(hash_of "$out")" "after two shrinks, a grow and a loss during it the weights equal the uninterrupted 4-rank run's, bit for bit"
 else
   echo "# saker-train has no --logical-ranks here: the final hash after a resize is not compared"
 fi
