@@ -10,6 +10,12 @@
 # a shared cluster set up like scripts/demo's. A page that brings up its own cluster
 # (README.md, saker-cluster(1)) gets a fresh SAKER_CLUSTER_PREFIX and port range, and is
 # taken down at the page's end whatever happened.
+#
+# The examples run as an ordinary user (lib.sh's it_jobs_as_user; issue 28: a real site is
+# multi-tenant), in a scratch directory and HOME of theirs, as a reader of the page would.
+# Only scripts/saker-cluster runs as root: it starts Slurm's daemons and makes device nodes,
+# which only root may. Commands that change the shell (eval, export, cd) change this
+# script's shell, whose environment the user's commands then get.
 set -u
 . "$(dirname "$0")/lib.sh"
 it_require_root
@@ -34,6 +40,7 @@ it_cluster_up --nodes 3 --gpus-per-node 4 \
 shared_conf=$SLURM_CONF
 shared_prefix=$IT_PREFIX
 it_tmpdir
+it_jobs_as_user
 
 # The built tools first in PATH (each CLI lives in its own build directory).
 tool_path=""
@@ -72,6 +79,10 @@ doc_begin() {
     page_n=$((page_n + 1))
     page_dir="$IT_TMP/page$page_n"
     mkdir -p "$page_dir"
+    if ((IT_AS_USER)); then
+        chown "$IT_USER:" "$page_dir"
+        IT_USER_HOME=$page_dir
+    fi
     ln -s "$SAKER_SRCDIR/scripts" "$page_dir/scripts"
     ln -s "$SAKER_SRCDIR/tests" "$page_dir/tests"
     ln -s "$SAKER_BUILDDIR" "$page_dir/build"
@@ -83,6 +94,15 @@ doc_begin() {
     cd "$page_dir" || exit 1
 }
 
+# doc_as COMMAND: how to run it: root's for scripts/saker-cluster (daemons, device nodes),
+# the test user's (it_job) for everything else.
+doc_as() {
+    case $1 in
+        scripts/saker-cluster\ *) echo command ;;
+        *) echo it_job ;;
+    esac
+}
+
 # doc_cmd PAGE EXPECTED_RC COMMAND: commands that change the shell (eval, export, cd) run
 # in this shell; the others under a timeout.
 doc_cmd() {
@@ -90,7 +110,7 @@ doc_cmd() {
     local first=${cmd%%$'\n'*}
     case $cmd in
         eval\ *|export\ *|cd\ *) eval "$cmd" >"$out" 2>&1 </dev/null; rc=$? ;;
-        *) timeout -k 5 "$DOC_TIMEOUT" bash -c "$cmd" >"$out" 2>&1 </dev/null; rc=$? ;;
+        *) $(doc_as "$cmd") timeout -k 5 "$DOC_TIMEOUT" bash -c "$cmd" >"$out" 2>&1 </dev/null; rc=$? ;;
     esac
     if [[ $rc == "$expected" ]]; then
         it_pass "$src: $first"
@@ -103,7 +123,7 @@ doc_cmd() {
 
 doc_setup() {
     local src=$1 cmd=$2
-    timeout -k 5 "$DOC_TIMEOUT" bash -c "$cmd" >"$IT_TMP/setup.out" 2>&1 </dev/null ||
+    $(doc_as "$cmd") timeout -k 5 "$DOC_TIMEOUT" bash -c "$cmd" >"$IT_TMP/setup.out" 2>&1 </dev/null ||
         { it_fail "$src: setup: $cmd"; _it_show output: "$(tail -n 20 "$IT_TMP/setup.out")"; }
 }
 

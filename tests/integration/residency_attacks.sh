@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The attacker's suite against data residency (issue 11), run as an unprivileged user
-# (nobody) against real Slurm daemons with the two-zone sample policy: saker[1-2] in AE
+# (lib.sh's $IT_USER, saker-user) against real Slurm daemons with the two-zone sample policy: saker[1-2] in AE
 # (gpu-ae, cpu-ae), saker3 in DE (gpu-eu); patients is restricted to AE and needs a grant
 # (account medical), telemetry lives in the EU.
 #
@@ -8,6 +8,11 @@
 # itself, "none" when it never ran) and that an audit log holds the decision: the
 # controller's ($IT_PREFIX/etc/saker-audit.log) for submit/modify, the node's
 # ($IT_PREFIX/saker-state/NODE/launch-audit.log) for launch.
+#
+# Root is the operator here, and only that: it sets node features, releases and cancels
+# held jobs, edits admin_comment (A26), restarts slurmctld, swaps the policy and reads the
+# audit logs (root's files: the trail a user must not be able to read or forge). Every
+# submission, step and update the attacks make is the user's.
 #
 # The whole suite takes under a minute here (about 45 s), so it all runs by default.
 source "$(dirname "$0")/lib.sh"
@@ -24,9 +29,13 @@ audit_log="$IT_PREFIX/etc/saker-audit.log"
 ctld_log="$IT_PREFIX/log/slurmctld.log"
 out="$IT_TMP/out"
 mkdir -p "$out" && chmod 1777 "$out" "$IT_TMP"
+# The jobs only echo their node, so the user needs no build tree: as_user works even
+# where it_jobs_as_user leaves lib.sh's own wrappers root's (a tree the user cannot read).
+it_jobs_as_user
+id -u "$IT_USER" >/dev/null 2>&1 || { it_fail "no user $IT_USER to attack as (useradd failed)"; it_finish; }
 
-# as_user CMD...: run as nobody (no operator rights, cannot edit admin_comment).
-as_user() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
+# as_user CMD...: run as the test user (no operator rights, cannot edit admin_comment).
+as_user() { it_user "$@"; }
 field() { scontrol show job "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n1; }
 admin_comment() { scontrol show job "$1" | sed -n 's/^ *AdminComment=//p'; }  # may hold spaces
 # The task writes where it ran; "none" when no task of the job ever started.
@@ -100,8 +109,7 @@ assert_rc 1 "A15 a step declaring telemetry in AE is refused (zone)" -- \
   as_user srun --jobid="$alloc" --overlap --dataset=telemetry bash -c "$report"
 assert_rc 0 "A15 audited at launch" -- launch_audit_has deny "step declares telemetry"
 assert_rc 1 "A16 forged SLURM_SPANK_SAKER_DATASETS adds, never removes" -- \
-  env SLURM_SPANK_SAKER_DATASETS=telemetry setpriv --reuid=65534 --regid=65534 --clear-groups \
-  srun --jobid="$alloc" --overlap bash -c "$report"
+  as_user env SLURM_SPANK_SAKER_DATASETS=telemetry srun --jobid="$alloc" --overlap bash -c "$report"
 assert_rc 1 "A17 step with -w saker3 outside the allocation is refused by Slurm" -- \
   as_user srun --jobid="$alloc" --overlap -w saker3 bash -c "$report"
 assert_not_contains "$IT_OUT" "saker3
@@ -113,8 +121,7 @@ assert_rc 0 "A18 a step declaring imagenet in a patients job runs" -- \
   as_user srun --jobid="$med" --overlap --dataset=imagenet bash -c "$report"
 assert_rc 0 "A18 the step-level declaration is audited" -- launch_audit_has allow "step declares imagenet"
 assert_rc 0 "A19 dropping --dataset from a step keeps the job's datasets (no SAKER_DATASETS games)" -- \
-  env SAKER_DATASETS= SLURM_SPANK_SAKER_DATASETS= setpriv --reuid=65534 --regid=65534 --clear-groups \
-  srun --jobid="$med" --overlap bash -c "$report"
+  as_user env SAKER_DATASETS= SLURM_SPANK_SAKER_DATASETS= srun --jobid="$med" --overlap bash -c "$report"
 [[ $IT_OUT =~ saker[12] ]] && it_pass "A19 ran in AE" || it_fail "A19: $IT_OUT"
 scancel "$med"
 
@@ -151,7 +158,7 @@ ran_in_ae "A29 the moved job ran in the zone" "$held"
 # Availability: a job without datasets is not held hostage by the fail-closed index.
 free=$(submit --hold -p gpu-ae --wrap "$report")
 it_wait_for 10 "A30a a job without datasets can be moved to gpu-eu soon after submission" \
-  setpriv --reuid=65534 --regid=65534 --clear-groups scontrol update jobid="$free" partition=gpu-eu
+  as_user scontrol update jobid="$free" partition=gpu-eu
 scancel "$free"
 
 # ============ name tricks ============
@@ -211,7 +218,7 @@ ran_in_ae "A47 the dependency chain ran in the zone" "$after"
   assert_eq gpu-ae "$(field "$b" Partition)" "A48 stayed"
   indexed
   assert_rc 1 "A49 the early comment update erased nothing" -- as_user scontrol update jobid="$b" partition=gpu-eu
-  scancel --user=nobody --state=PENDING
+  scancel --user="$IT_USER" --state=PENDING
 
   # requeue: the marker survives.
   rq=$(submit -A medical -p gpu-ae --dataset=patients --wrap "$report; sleep 30")

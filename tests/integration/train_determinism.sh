@@ -12,6 +12,8 @@
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/train_lib.sh"
 it_tmpdir
+# The runs are an ordinary user's (issue 28) where we may switch to one (root); else ours.
+if [[ $(id -u) == 0 ]]; then it_jobs_as_user; fi
 IT_PREFIX=$IT_TMP train_setup
 args=(--data "$TRAIN_DATA" $TRAIN_MODEL_ARGS)
 
@@ -19,7 +21,7 @@ args=(--data "$TRAIN_DATA" $TRAIN_MODEL_ARGS)
 run_local() {
   local name=$1 n=$2
   shift 2
-  "$SAKER_RUN_BIN" --local -n "$n" -- "$SAKER_TRAIN_BIN" "${args[@]}" "$@" >"$IT_TMP/$name.out" 2>&1
+  it_job "$SAKER_RUN_BIN" --local -n "$n" -- "$SAKER_TRAIN_BIN" "${args[@]}" "$@" >"$IT_TMP/$name.out" 2>&1
 }
 
 run_local shm 4
@@ -40,24 +42,26 @@ assert_contains "$(cat "$IT_TMP/n5.out")" "5 ranks for 4 logical workers" "more 
 
 # The resize: SIGTERM on 4 ranks once past step 75 (progress lines every 25 steps).
 ck=$IT_TMP/ckpt
-"$SAKER_RUN_BIN" --local -n 4 --ckpt-dir "$ck" -- "$SAKER_TRAIN_BIN" "${args[@]}" --step-sleep-ms 40 >"$IT_TMP/r1.out" 2>&1 &
-pid=$!
+user_bg "$IT_TMP/r1.pid" "$SAKER_RUN_BIN" --local -n 4 --ckpt-dir "$ck" -- "$SAKER_TRAIN_BIN" "${args[@]}" \
+  --step-sleep-ms 40 >"$IT_TMP/r1.out" 2>&1
+bg=$!
 wait_for_line 120 "$IT_TMP/r1.out" "step 75/200"
-kill -TERM "$pid"
-wait "$pid" && rc=0 || rc=$?
+kill -TERM "$(bg_pid "$IT_TMP/r1.pid")"
+wait "$bg" && rc=0 || rc=$?
 assert_eq 75 "$rc" "SIGTERM on 4 ranks: exit 75"
 assert_contains "$(cat "$IT_TMP/r1.out")" "emergency checkpoint of step" "after an emergency checkpoint"
 
 # On 3 ranks (L stays 4, from the checkpoint), saker-run's resize notice past step 125.
 notice=$IT_TMP/resize-notice
 # saker-run exports its own notice path (in its private run directory) to the ranks; the
-# test stands in for saker-run's grow by giving the ranks one it can write.
-"$SAKER_RUN_BIN" --local -n 3 --ckpt-dir "$ck" -- env SAKER_RESIZE_NOTICE="$notice" "$SAKER_TRAIN_BIN" "${args[@]}" \
+# test stands in for saker-run's grow by giving the ranks one it can write (as the job's user,
+# as saker-run would).
+it_job "$SAKER_RUN_BIN" --local -n 3 --ckpt-dir "$ck" -- env SAKER_RESIZE_NOTICE="$notice" "$SAKER_TRAIN_BIN" "${args[@]}" \
   --step-sleep-ms 40 >"$IT_TMP/r2.out" 2>&1 &
-pid=$!
+bg=$!
 wait_for_line 120 "$IT_TMP/r2.out" "step 125/200"
-echo 4 >"$notice.tmp" && mv "$notice.tmp" "$notice"
-wait "$pid" && rc=0 || rc=$?
+it_job sh -c 'echo 4 >"$1.tmp" && mv "$1.tmp" "$1"' sh "$notice"
+wait "$bg" && rc=0 || rc=$?
 r2=$(cat "$IT_TMP/r2.out")
 assert_eq 75 "$rc" "the resize notice on 3 ranks: exit 75"
 assert_contains "$r2" "over 3 rank(s) as 4 logical worker(s)" "the resumed run keeps the checkpoint's 4 logical workers on 3 ranks"
@@ -66,7 +70,7 @@ assert_contains "$r2" "saker-train: resize notice $notice (world size 4, now 3):
 assert_contains "$r2" "ranks took an emergency checkpoint" "and leaves the preemption marker saker-run reads"
 
 # Back on 4 ranks: the notice (world size 4) is now the run's own size and is ignored.
-SAKER_RESIZE_NOTICE=$notice "$SAKER_RUN_BIN" --local -n 4 --ckpt-dir "$ck" -- "$SAKER_TRAIN_BIN" "${args[@]}" \
+SAKER_RESIZE_NOTICE=$notice it_job "$SAKER_RUN_BIN" --local -n 4 --ckpt-dir "$ck" -- "$SAKER_TRAIN_BIN" "${args[@]}" \
   >"$IT_TMP/r3.out" 2>&1 && rc=0 || rc=$?
 assert_eq 0 "$rc" "finished on 4 ranks"
 assert_eq "$h" "$(hash_of "$IT_TMP/r3.out")" "4 -> SIGTERM -> 3 -> resize notice -> 4 ends with the uninterrupted run's hash"
@@ -74,6 +78,7 @@ assert_eq "$h" "$(hash_of "$IT_TMP/r3.out")" "4 -> SIGTERM -> 3 -> resize notice
 # 4 nodes of a real cluster, one rank each (TCP ring, PMI2 bootstrap) when we may run one.
 if [[ $(id -u) == 0 ]]; then
   it_cluster_up --nodes 4 --gpus-per-node 0 --cpus-per-node 2 --no-job-submit
+  it_jobs_as_user   # again: the cluster's prefix must be open to the user for the job's files
   job=$(submit_template train-cpu "$IT_PREFIX/ckpt-4n" -p all -N4 --ntasks=4 --ntasks-per-node=1)
   assert_eq COMPLETED "$(it_job_wait "$job" 180)" "the 4-node job completes"
   assert_eq "$h" "$(hash_of "$IT_PREFIX/train-cpu-$job.out")" "4 nodes of the local cluster end with the --local -n 4 hash"

@@ -9,8 +9,9 @@ train_fault_start
 wait_for_line 60 "$out" "step 75/200"
 pid=$(rank_pid "$job" 1)
 assert_rc 0 "rank 1 of job $job runs (pid ${pid:-none})" -- test -n "$pid"
+((IT_AS_USER)) && assert_eq "$IT_USER" "$(ps -o user= -p "$pid" | tr -d ' ')" "rank 1 runs as $IT_USER, not root"
 t_fail=$(now)
-kill -KILL "$pid"
+kill -KILL "$pid"   # root, as the kernel's OOM killer or a crash: the rank is the test user's
 assert_eq COMPLETED "$(it_job_wait "$job" 120)" "the job completes after the killed rank"
 text=$(cat "$out")
 assert_contains "$text" "restart: attempt 1 failed" "saker-run logs the restart with its reason"

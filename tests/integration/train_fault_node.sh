@@ -17,6 +17,7 @@ stepd=$(ps -o ppid= -p "$pid" | tr -d ' ')
 slurmd=$(cat "$IT_PREFIX/run/slurmd-$victim.pid")
 echo "killing node $victim: slurmd $slurmd, slurmstepd $stepd, rank 1 $pid"
 t_fail=$(now)
+# Root: a lost machine takes root's daemons along with the user's rank.
 kill -KILL "$slurmd" "$stepd" "$pid"
 t_pending=$(release_requeued "$job")
 it_wait_for 10 "ExcNodeList=$victim on the requeued job" \

@@ -10,6 +10,7 @@ it_require_root
 train_fault_start
 wait_for_line 60 "$out" "step 50/200"
 t_fail=$(now)
+# The signals come from root, as Slurm's preemption sends them; the job is the test user's.
 assert_rc 0 "USR1 to the batch shell" -- scancel --signal=USR1 -b "$job"
 t_pending=$(release_requeued "$job")
 wait_for_line 60 "$out" "first step after resume"

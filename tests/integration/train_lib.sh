@@ -1,6 +1,12 @@
 # Helpers shared by the train_*.sh integration tests (sourced after lib.sh).
 # They run saker-train through saker-run and the sbatch templates on the local cluster
 # and compare final weight hashes.
+#
+# The jobs, local runs included, are an ordinary user's (issue 28: a real site is
+# multi-tenant): a test calls it_jobs_as_user (lib.sh) before train_setup, and from then on
+# the data, the runs and their checkpoints are $IT_USER's. Root stays the one that kills
+# ranks and daemons and signals jobs, as a crash, a lost machine or Slurm's preemption would.
+# A test that does not call it_jobs_as_user runs everything as itself, as before.
 
 SAKER_RUN_BIN="$SAKER_BUILDDIR/launcher/saker-run/saker-run"
 SAKER_TRAIN_BIN="$SAKER_BUILDDIR/launcher/saker-train/saker-train"
@@ -17,7 +23,7 @@ train_setup() {
     exit 1
   }
   TRAIN_DATA="$IT_PREFIX/train.h5"
-  "$SAKER_TRAIN_BIN" make-data --out "$TRAIN_DATA" --samples 4096 --features 16 --classes 4 --seed 3 >/dev/null
+  it_job "$SAKER_TRAIN_BIN" make-data --out "$TRAIN_DATA" --samples 4096 --features 16 --classes 4 --seed 3 >/dev/null
 }
 
 # train_fault_start [SBATCH ARGS...]: what every fault test starts from: a 3-node CPU
@@ -25,6 +31,7 @@ train_setup() {
 # submitted across the nodes: job (its id) and out (its output file).
 train_fault_start() {
   it_cluster_up --nodes 3 --gpus-per-node 0 --cpus-per-node 4 --no-job-submit
+  it_jobs_as_user
   train_setup
   h=$(local_hash 2)
   job=$(submit_template train-preemptible "$IT_PREFIX/ckpt" -p all "$@")
@@ -38,18 +45,37 @@ hash_of() { sed -n 's/^saker-train: weights xxh3_128 \([0-9a-f]*\)$/\1/p' "$1" |
 local_hash() {
   local out="$IT_PREFIX/local-$1.out"
   # shellcheck disable=SC2086
-  "$SAKER_RUN_BIN" --local -n "$1" -- "$SAKER_TRAIN_BIN" --data "$TRAIN_DATA" $TRAIN_MODEL_ARGS >"$out" 2>&1
+  it_job "$SAKER_RUN_BIN" --local -n "$1" -- "$SAKER_TRAIN_BIN" --data "$TRAIN_DATA" $TRAIN_MODEL_ARGS >"$out" 2>&1
   hash_of "$out"
 }
 
 # submit_template NAME CKPT_DIR SBATCH_ARGS...: submits scripts/sbatch/NAME.sbatch with our
-# programs and data; echoes the job id. Output goes to $IT_PREFIX/NAME-<job>.out.
+# programs and data; echoes the job id. Output goes to $IT_PREFIX/NAME-<job>.out. sbatch is
+# lib.sh's: the test user's after it_jobs_as_user.
 submit_template() {
   local name=$1 ckpt=$2
   shift 2
   SAKER_RUN="$SAKER_RUN_BIN" SAKER_TRAIN="$SAKER_TRAIN_BIN" SAKER_DATA="$TRAIN_DATA" SAKER_CKPT_DIR="$ckpt" \
     SAKER_TRAIN_ARGS="$TRAIN_ARGS" SAKER_GRACE=20 \
     sbatch --parsable --export=ALL -D "$IT_PREFIX" -o "$IT_PREFIX/$name-%j.out" "$@" "$TEMPLATES/$name.sbatch"
+}
+
+# user_bg PIDFILE CMD...: CMD in the background as the test user (it_job); the program's own
+# pid goes to PIDFILE (for signals: $! is the shell that switches user), while $! still
+# gives CMD's exit status to wait.
+user_bg() {
+  local pidfile=$1
+  shift
+  rm -f "$pidfile"
+  # shellcheck disable=SC2016
+  it_job sh -c 'echo $$ >"$0.tmp" && mv "$0.tmp" "$0" && exec "$@"' "$pidfile" "$@" &
+}
+
+# bg_pid PIDFILE: the pid user_bg wrote (waits up to 30 s for it).
+bg_pid() {
+  local deadline=$((SECONDS + 30))
+  until [[ -s $1 ]] || ((SECONDS >= deadline)); do sleep 0.1; done
+  cat "$1"
 }
 
 # wait_for_line TIMEOUT FILE REGEX: until FILE has a line matching REGEX.

@@ -6,6 +6,7 @@ source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/train_lib.sh"
 it_require_root
 it_cluster_up --nodes 3 --gpus-per-node 4 --cpus-per-node 4 --no-job-submit
+it_jobs_as_user   # the jobs and local runs are an ordinary user's (issue 28)
 train_setup
 
 h2=$(local_hash 2)

@@ -10,6 +10,7 @@ it_require_root
   exit 77
 }
 it_cluster_up --nodes 2 --gpus-per-node 0 --cpus-per-node 4 --no-job-submit
+it_jobs_as_user   # the jobs and the local run are an ordinary user's (issue 28)
 run="$SAKER_BUILDDIR/launcher/saker-run/saker-run"
 script="$SAKER_SRCDIR/tests/integration/torch_ddp.py"
 
@@ -21,6 +22,6 @@ for r in 0 1 2 3; do
 done
 assert_not_contains "$text" "FAILED" "no rank failed a check"
 
-assert_rc 0 "DDP with saker-run --local -n 3" -- "$run" --local -n 3 -- /usr/bin/python3 "$script"
+assert_rc 0 "DDP with saker-run --local -n 3" -- it_job "$run" --local -n 3 -- /usr/bin/python3 "$script"
 assert_contains "$IT_OUT" "ddp-check rank 2/3 local 2/3 allreduce 6 ok" "local ranks pass too"
 it_finish

@@ -13,8 +13,9 @@
 //
 // Built with -DSAKER_TEST_PING_WITHOUT_HANDSHAKE the ranks run without the job key
 // (Transit::off: a ping is the bare claim, answered by one byte): every section fails
-// there, the squatter hears the notice, and in the pong and retarget sections it is taken
-// for rank 2 (rank 0 waits for a notice, blaming nobody). That is how this was checked.
+// there. In the pong and retarget sections the squatter is taken for rank 2 (rank 0 waits
+// for a notice, blaming nobody); in the forged and relay ones rank 0 blames rank 2 but
+// the squatter hears its notice. That is how this test was checked.
 #include <catch2/catch.hpp>
 
 #include <poll.h>
