@@ -208,9 +208,9 @@ std::vector<std::vector<float>> on_one_node(int world, int logical, std::size_t 
 
 TEST_CASE("ordered reduce: through shared memory on one node, the same bits for 1, 2, 3 and 4 ranks",
           "[comm][ordered][shm]") {
-  // 5 and 4099 floats take the one-barrier path; 70001 one step of chunks; 600001 floats
-  // (150001 a segment for L = 4) several steps, the last one short.
-  for (std::size_t count : {std::size_t{5}, std::size_t{4099}, std::size_t{70001}, std::size_t{600001}}) {
+  // 3 floats leave some canonical segments empty; 5 and 4099 take the one-barrier path;
+  // 70001 one step of chunks; 600001 (150001 a segment for L = 4) several, the last short.
+  for (std::size_t count : {std::size_t{3}, std::size_t{5}, std::size_t{4099}, std::size_t{70001}, std::size_t{600001}}) {
     for (int logical : {4, 5}) {
       const std::vector<float> want = reference(logical, count);
       for (int world : {1, 2, 3, 4}) {
