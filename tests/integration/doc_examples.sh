@@ -145,13 +145,15 @@ eval "$examples"
 page_end
 
 # --help and the man page's OPTIONS list the same options (saker-run: the issue found
-# them disagreeing). Options are the "  --name" / "-x [ --name ]" lines of --help and the
-# .B/.BI/.BR tags of the page's OPTIONS section.
+# them disagreeing). Options are the "  --name", "-x, --name" (common/cli) and
+# "-x [ --name ]" (Boost) lines of --help and the .B/.BI/.BR tags of the page's OPTIONS
+# section; --help itself counts on neither side (the list it prints need not name it).
 help_vs_man() {
     local tool=$1 page=$2 help man
-    help=$("$tool" --help | sed -n 's/^  *\(-[a-zA-Z] \[ \)\{0,1\}--\([a-z][a-z-]*\).*/--\2/p' | sort -u)
+    help=$("$tool" --help | sed -n 's/^  *\(-[a-zA-Z] \[ \|-[a-zA-Z], \)\{0,1\}--\([a-z][a-z-]*\).*/--\2/p' |
+        grep -vx -- --help | sort -u)
     man=$(awk '/^\.SH OPTIONS/{p=1;next} /^\.SH/{p=0} p && /^\.B[IR]? /' "$page" | sed 's/\\-/-/g' |
-        grep -o -- '--[a-z][a-z-]*' | sort -u)
+        grep -o -- '--[a-z][a-z-]*' | grep -vx -- --help | sort -u)
     assert_eq "$help" "$man" "$(basename "$page"): OPTIONS lists exactly the options of $(basename "$tool") --help"
 }
 help_vs_man "$SAKER_BUILDDIR/launcher/saker-run/saker-run" "$SAKER_SRCDIR/man/man1/saker-run.1"
