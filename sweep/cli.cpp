@@ -184,6 +184,19 @@ void claim_lineages(const Spec& spec) {
     }
 }
 
+// For status, best and report, which read a sweep: run and submit refuse a sweep file
+// changed since its trials ran (freeze); these read it as it is now, and say so.
+Sweep load_reading(const std::string& what) {
+  Sweep s = load(what);
+  if (s.file.empty()) return s;
+  const std::string frozen = Store(s.spec.dir).read_file("sweep.yaml");
+  if (!frozen.empty() && frozen != slurp(s.file))
+    (*g_err) << "saker-sweep: note: " << s.file << " changed since sweep " << s.spec.name
+             << " first ran from it: what follows reads the file as it is now; saker-sweep status "
+             << s.spec.dir.string() << " reads the copy its trials ran with\n";
+  return s;
+}
+
 // Before a sweep runs (run, submit): records the sweep file in its directory the first
 // time; later, refuses a changed one.
 void freeze(const Sweep& s) {
@@ -419,7 +432,7 @@ int trial(const Args& a) {
 // Read-only: the best trial, and the command that reproduces it in a fresh lineage that
 // the command itself makes (the first DIR/reproduce/trial-ID.K that does not exist).
 int best(const Args& a) {
-  const Spec spec = load(sweep_arg(a)).spec;
+  const Spec spec = load_reading(sweep_arg(a)).spec;
   const auto rs = rows(spec, sweep_arg(a));
   const auto states = states_of(rs);
   const auto b = best_trial(spec, states);
@@ -451,7 +464,7 @@ int best(const Args& a) {
 }
 
 int report(const Args& a) {
-  const Spec spec = load(sweep_arg(a)).spec;
+  const Spec spec = load_reading(sweep_arg(a)).spec;
   const auto rs = rows(spec, sweep_arg(a));
   const std::string metric = a.has("metric") ? a.get("metric") : spec.metric;
   const std::vector<std::string> known = reported_metrics(rs);
@@ -484,7 +497,7 @@ int report(const Args& a) {
 }
 
 int status(const Args& a) {
-  const Spec spec = load(sweep_arg(a)).spec;
+  const Spec spec = load_reading(sweep_arg(a)).spec;
   const auto rs = rows(spec, sweep_arg(a));
   (*g_out) << table(spec, rs, by_id(rs.size())) << summary(rs) << "\n";
   for (const Row& r : rs)

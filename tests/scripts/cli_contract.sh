@@ -298,6 +298,14 @@ check "SIGINT: the trial's lineage holds the emergency checkpoint" one_checkpoin
 out=$("$sweep" status ctrlc.yaml 2>&1) && got=0 || got=$?
 check "SIGINT: saker-sweep status shows the trial interrupted" has "interrupted"
 check "SIGINT: ... and not running" hasnt "running"
+# The file changed after its trials ran: run refuses it (exit 4, named), status says what it reads.
+echo '# changed' >>ctrlc.yaml
+expect 4 "sweep: a changed sweep file is refused, the message names tool and command" \
+  "saker: error: saker-sweep run: the sweep file ctrlc.yaml changed since sweep ctrlc first ran from it" "(fix: " -- \
+  "$sweep" run ctrlc.yaml
+expect 0 "sweep: status of a changed file says it reads the file as it is now" \
+  "saker-sweep: note: ctrlc.yaml changed since sweep ctrlc first ran from it" "saker-sweep status $tmp/sweep/ctrlc.sweep" -- \
+  "$sweep" status ctrlc.yaml
 cd - >/dev/null || exit 1
 
 echo "# $pass passed, $fail failed"
