@@ -38,8 +38,9 @@ for ((i = 1; i <= rounds; i++)); do
   echo "round $i/$rounds" >&2
   cxx saker-cxx "$run" --local -n 2 --max-restarts 0 -- "$build/bench/bench_collectives"
   # OpenMPI as bench_allreduce runs it: its default one-node path (shared memory, busy
-  # polling), and its TCP path over loopback (the one between nodes; Saker's alltoall and
-  # reduce-scatter always take TCP).
+  # polling), and its TCP path over loopback (the one between nodes). Saker's alltoall and
+  # allgather take shared memory on one node, its reduce-scatter TCP. OpenMPI's busy
+  # polling suffers most on a loaded machine: compare its min-max spread with `uptime`.
   cxx openmpi mpirun --allow-run-as-root --bind-to none -x BENCH_SIZES -np 2 "$build/bench/bench_collectives_mpi"
   cxx openmpi-tcp mpirun --allow-run-as-root --bind-to none -x BENCH_SIZES -np 2 --mca pml ob1 --mca btl tcp,self \
     --mca btl_tcp_if_include lo "$build/bench/bench_collectives_mpi"
