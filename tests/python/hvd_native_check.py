@@ -2,7 +2,8 @@
 torch.distributed backend (run under saker-run --local -n N, N = 2 or 3).
 
     hvd_native_check.py hvd       Horovod's alltoall (uneven and empty splits, every dtype,
-                                  rows of any shape, autograd), reducescatter (rows that do
+                                  rows of any shape, autograd), allgather (even rows, which
+                                  take no padding, every dtype, strided, uneven), reducescatter (rows that do
                                   not divide, integer and fp16 Average, pre/postscale,
                                   narrow ints) and Product, against values computed here
     hvd_native_check.py backend   all_to_all_single, all_to_all, reduce_scatter,
@@ -57,6 +58,25 @@ def alltoall(r, n):
     out = hvd.alltoall(big[: n * 1_000_000])
     want = torch.cat([torch.arange(r * 1_000_000, (r + 1) * 1_000_000, dtype=torch.int64) + k * 10**9 for k in range(n)])
     check(torch.equal(out, want), "large alltoall")
+
+
+def allgather(r, n):
+    # Equal rows take the path without padding or concatenation (the result is the
+    # library's receive buffer): right values, every dtype, and never the input itself.
+    for dtype in (torch.float32, torch.int64, torch.float16, torch.uint8):
+        x = (torch.arange(6) + 10 * r).view(3, 2).to(dtype)
+        keep = x.clone()
+        out = hvd.allgather(x, name=f"ag.even.{dtype}")
+        want = torch.cat([(torch.arange(6) + 10 * k).view(3, 2).to(dtype) for k in range(n)])
+        check(out.dtype == dtype and torch.equal(out, want), f"even allgather {dtype}: {out}")
+        out.zero_()
+        check(torch.equal(x, keep), "the even allgather's result shares memory with its input")
+    # A non-contiguous input, and uneven rows (padded and cut) after even ones.
+    x = (torch.arange(8.0) + r).view(2, 4).t()
+    check(torch.equal(hvd.allgather(x, name="ag.strided"), torch.cat([(torch.arange(8.0) + k).view(2, 4).t() for k in range(n)])),
+          "allgather of a transposed tensor")
+    out = hvd.allgather(torch.full((r + 1, 2), float(r)), name="ag.uneven")
+    check(torch.equal(out, torch.cat([torch.full((k + 1, 2), float(k)) for k in range(n)])), f"uneven allgather {out}")
 
 
 def reducescatter(r, n):
@@ -218,6 +238,7 @@ def main():
     r, n = hvd.rank(), hvd.size()
     if mode == "hvd":
         alltoall(r, n)
+        allgather(r, n)
         reducescatter(r, n)
         product(r, n)
     elif mode == "mismatch":
