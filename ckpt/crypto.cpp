@@ -51,6 +51,9 @@ Key load_key(const std::filesystem::path& file) {
   if (::stat(file.c_str(), &st) != 0)
     throw Error(explain("encryption key " + file.string() + " cannot be read", "the file does not exist",
                         "create it: head -c 32 /dev/urandom > KEY && chmod 600 KEY"));
+  if (S_ISDIR(st.st_mode))
+    throw Error(explain("encryption key " + file.string() + " is a directory", "a key is one file of 32 bytes",
+                        "name the key file, or create one: head -c 32 /dev/urandom > KEY && chmod 600 KEY"));
   if ((st.st_mode & 077) != 0) {
     char mode[8];
     std::snprintf(mode, sizeof mode, "%03o", static_cast<unsigned>(st.st_mode & 0777));

@@ -438,6 +438,8 @@ std::shared_ptr<const Policy> Policy::load_string(std::string_view text, const s
 }
 
 std::shared_ptr<const Policy> Policy::load_file(const std::string& path, const LoadLimits& limits) {
+  if (std::error_code ec; std::filesystem::is_directory(path, ec))
+    throw LoadError(path, 0, 0, "it is a directory, not the policy file", "the policy file itself (saker-policy.yaml(5))");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw LoadError(path, 0, 0, "cannot open the policy file", "a readable file (check the path and permissions)");
   // Read at most one byte past the limit: a huge file is refused without reading it all.

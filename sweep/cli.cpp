@@ -489,6 +489,9 @@ int report(const Args& a) {
   }
   std::string svg = a.get("svg");
   if (svg.empty()) svg = (spec.dir / "report.svg").string();
+  if (std::error_code ec; fs::is_directory(svg, ec))
+    throw usage_error("saker-sweep report: --svg " + svg + " is a directory", "the plot is one file",
+                      "name the file, e.g. --svg " + (fs::path(svg) / "report.svg").string());
   (*g_out) << table(spec, rs, ranking(spec, states_of(rs))) << summary(rs) << "\n";
   Store(fs::path(svg).parent_path().empty() ? fs::path(".") : fs::path(svg).parent_path())
       .write_file(fs::path(svg).filename().string(), svg_plot(spec, rs, metric, maximize));

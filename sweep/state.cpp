@@ -46,13 +46,13 @@ void Store::write_file(const std::string& name, const std::string& text) const {
   const std::string tmp = path.string() + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   bool ok = fd >= 0 && ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
-  const int saved = errno;
+  int saved = errno;
   if (fd >= 0) ::close(fd);
-  ok = ok && std::rename(tmp.c_str(), path.c_str()) == 0;
+  if (ok && std::rename(tmp.c_str(), path.c_str()) != 0) ok = false, saved = errno;  // the rename's own reason
   if (!ok) {
     ::unlink(tmp.c_str());
-    throw Error(explain("cannot write " + path.string(), std::strerror(saved != 0 ? saved : errno),
-                        "check free space and permissions of the sweep's dir:"));
+    throw Error(explain("cannot write " + path.string(), std::strerror(saved),
+                        "check free space and permissions of " + dir_.string()));
   }
 }
 

@@ -187,6 +187,28 @@ expect 0 "ckpt: find in a directory without checkpoints" "0 of 0 checkpoint(s) d
 expect 3 "ckpt: find in a directory that is not there" "saker-ckpt find: $tmp/nosuch is not a directory" "(fix: " -- \
   "$ckpt" find --dataset patients "$tmp/nosuch"
 
+# --- saker-cluster (a shell script: the same message format and guesses) ---------------------------
+cluster=$src/scripts/saker-cluster
+usage_error "cluster: unknown command with a guess" "saker-cluster: unknown command 'stauts'; did you mean 'status'?" -- \
+  "$cluster" stauts
+usage_error "cluster: a typo in an option" "saker-cluster: unknown option for 'up': --nodez; did you mean --nodes?" -- \
+  "$cluster" up --nodez 3
+out=$("$cluster" up --nodez 3 2>&1)
+if [[ $(printf '%s\n' "$out" | wc -l) -eq 1 ]]; then echo "ok - cluster: the error is one line"; pass=$((pass + 1))
+else echo "not ok - cluster: the error takes $(printf '%s\n' "$out" | wc -l) lines"; fail=$((fail + 1)); fi
+
+# --- a directory where a file goes, for the tools that open one (issue 31, Tests) ----------------
+expect 3 "topo: a directory as gres.conf is not an empty gres.conf that agrees" \
+  "saker: error: saker-topo check-gres: $tmp/adir is a directory" "(fix: name the node's gres.conf in it" -- \
+  "$topo" check-gres "$tmp/adir" --topology "$xml"
+expect 3 "ckpt: a directory as --policy" "saker: error: saker-ckpt verify: $tmp/adir: it is a directory, not the policy file" -- \
+  "$ckpt" verify --policy "$tmp/adir" "$tmp/adir"
+expect 3 "train: a directory as --data" "saker: error: saker-train: cannot use the data file $tmp/adir: it is a directory" \
+  "(fix: " -- "$train" --data "$tmp/adir"
+cp "$src/examples/sweep/lr-width.yaml" "$tmp/lw.yaml"
+usage_error "sweep: a directory as --svg" "saker-sweep report: --svg $tmp/adir is a directory" -- \
+  "$sweep" report "$tmp/lw.yaml" --svg "$tmp/adir"
+
 # --- saker-train and saker-run (issue 31 §6) ---------------------------------------------------------
 usage_error "train: a typo in an option" "unknown option --dat (options are never abbreviated); did you mean --data?" -- \
   "$train" --dat x.h5

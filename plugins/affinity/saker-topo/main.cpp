@@ -11,6 +11,7 @@
 // reasons are printed), 2 bad usage, 3 the topology or gres.conf cannot be read.
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -61,6 +62,11 @@ const cli::Tool& tool() {
 aff::Machine load(const std::string& path) { return path.empty() ? aff::load_live() : aff::load_xml_file(path); }
 
 int check_gres(const aff::Machine& machine, const std::string& file, const std::string& node) {
+  // An ifstream opens a directory and reads nothing from it: an empty gres.conf that "agrees".
+  if (std::error_code ec; std::filesystem::is_directory(file, ec)) {
+    throw cli::Failure(cli::kUnusable, saker::explain("saker-topo check-gres: " + file + " is a directory", "",
+                                                      "name the node's gres.conf in it, e.g. " + file + "/gres.conf"));
+  }
   std::ifstream in(file);
   if (!in) {
     throw cli::Failure(cli::kUnusable, saker::explain("saker-topo check-gres: cannot read " + file, std::strerror(errno),
