@@ -290,22 +290,52 @@ void FusionEngine::loop() {
   }
 }
 
+// One negotiation cycle, in named steps: what this rank has pending; every rank's list;
+// which names are ready everywhere (refusing those the ranks disagree on); their fused
+// reduction; the stall report for the rest.
 FusionEngine::Outcome FusionEngine::cycle() {
-  std::vector<std::pair<std::string, Spec>> mine;
-  bool stop, joining;
-  {
-    std::lock_guard lock(mu_);
-    stop = stop_;
-    joining = join_state_ != nullptr;
-    for (const auto& name : order_) {
-      const Entry& e = pending_.at(name);
-      mine.emplace_back(name, Spec{e.count, static_cast<int>(e.type), static_cast<int>(e.op), e.shape});
-    }
-  }
-  // Negotiation: every rank learns every rank's pending list.
-  Core& core = *comm_.fusion;
-  int n = comm_.where.size;
+  Pending mine = snapshot();
   auto t0 = Timeline::Clock::now();
+  std::vector<RankList> lists = negotiate(mine);
+  std::vector<bool> joined;
+  bool all_stop = true, any_pending = false;
+  for (const RankList& l : lists) {
+    all_stop = all_stop && l.stop;
+    any_pending = any_pending || !l.items.empty();
+    joined.push_back(l.joined);
+  }
+  const bool any_joined = std::find(joined.begin(), joined.end(), true) != joined.end();
+  if (any_pending) comm_.timeline->span("negotiate", "fuse", kTidFusion, t0, Timeline::Clock::now());
+  if (all_stop) {
+    fail_all(std::make_exception_ptr(Error("saker: the communicator was destroyed before this tensor was reduced")));
+    return Outcome::settled;
+  }
+  std::set<std::string> everywhere;
+  std::deque<std::vector<char>> stand_ins;  // a joined rank's identity buffers, alive until reduced
+  reduce_ready(take_ready(lists, joined, any_joined, everywhere, stand_ins));
+  if (any_joined) track_joins(joined);
+  const bool stalled = report_stalls(lists, joined, everywhere);
+  if (!any_pending && !any_joined) return Outcome::idle;  // a joined rank's peers must not wait out an idle pause
+  return stalled ? Outcome::partial : Outcome::settled;
+}
+
+FusionEngine::Pending FusionEngine::snapshot() {
+  Pending p;
+  std::lock_guard lock(mu_);
+  p.stop = stop_;
+  p.joining = join_state_ != nullptr;
+  for (const auto& name : order_) {
+    const Entry& e = pending_.at(name);
+    p.items.emplace_back(name, Spec{e.count, static_cast<int>(e.type), static_cast<int>(e.op), e.shape});
+  }
+  return p;
+}
+
+// Every rank learns every rank's pending list (two allgathers: the lengths, then the
+// lists padded to the longest).
+std::vector<RankList> FusionEngine::negotiate(const Pending& mine) {
+  Core& core = *comm_.fusion;
+  const int n = comm_.where.size;
   // A stall abort must fail the same tensors on every rank in the same cycle, but each
   // rank's stall clock starts when it first sees the gap: so a rank only flags names
   // whose stall has lasted stall_abort here, and every rank aborts what any rank flags.
@@ -315,7 +345,7 @@ FusionEngine::Outcome FusionEngine::cycle() {
     for (const auto& [name, since] : partial_since_)
       if (now - since >= comm_.options.stall_abort) expired.insert(name);
   }
-  std::string text = fusion_wire::encode(stop, joining, mine, expired);
+  std::string text = fusion_wire::encode(mine.stop, mine.joining, mine.items, expired);
   std::uint64_t len = text.size();
   std::vector<std::uint64_t> lens(static_cast<std::size_t>(n));
   core.allgather(&len, lens.data(), sizeof len);
@@ -324,26 +354,21 @@ FusionEngine::Outcome FusionEngine::cycle() {
   std::vector<char> all(width * static_cast<std::size_t>(n));
   core.allgather(text.data(), all.data(), width);
   std::vector<RankList> lists;
-  std::vector<bool> joined;
-  bool all_stop = true, any_pending = false;
-  for (int r = 0; r < n; ++r) {
+  for (int r = 0; r < n; ++r)
     lists.push_back(fusion_wire::decode(
         std::string_view(all.data() + static_cast<std::size_t>(r) * width, lens[static_cast<std::size_t>(r)]),
         comm_.mesh->who(r)));
-    all_stop = all_stop && lists.back().stop;
-    any_pending = any_pending || !lists.back().items.empty();
-    joined.push_back(lists.back().joined);
-  }
-  const bool any_joined = std::find(joined.begin(), joined.end(), true) != joined.end();
-  if (any_pending) comm_.timeline->span("negotiate", "fuse", kTidFusion, t0, Timeline::Clock::now());
-  if (all_stop) {
-    fail_all(std::make_exception_ptr(Error("saker: the communicator was destroyed before this tensor was reduced")));
-    return Outcome::settled;
-  }
-  // Ready: pending on every rank that has not joined. Order: rank 0's submissions, then
-  // rank 1's others, ... (the same on all ranks; rank 0's order when nobody joined).
+  return lists;
+}
+
+// Ready: pending on every rank that has not joined. Order: rank 0's submissions, then
+// rank 1's others, ... (the same on all ranks; rank 0's order when nobody joined). A name
+// the ranks that hold it disagree on fails here, with the same error on each of them.
+std::vector<std::pair<std::string, FusionEngine::Entry>> FusionEngine::take_ready(
+    const std::vector<RankList>& lists, const std::vector<bool>& joined, bool any_joined, std::set<std::string>& everywhere,
+    std::deque<std::vector<char>>& stand_ins) {
+  const int n = static_cast<int>(lists.size());
   std::vector<std::pair<std::string, Entry>> ready;
-  std::set<std::string> everywhere;
   // Without a joined rank only rank 0's names can be ready, so only its list is read.
   std::vector<std::pair<std::string, Spec>> candidates;
   std::set<std::string> seen;
@@ -352,7 +377,6 @@ FusionEngine::Outcome FusionEngine::cycle() {
       if (seen.insert(item.first).second) candidates.push_back(item);
     if (!any_joined) break;
   }
-  std::deque<std::vector<char>> stand_ins;  // a joined rank's identity buffers, alive until reduced
   for (const auto& [name, spec] : candidates) {
     bool in_all = true;
     std::vector<std::pair<int, Spec>> holders;
@@ -386,11 +410,15 @@ FusionEngine::Outcome FusionEngine::cycle() {
     }
     ready.emplace_back(name, e);
   }
-  // Fuse consecutive tensors of one type and op up to the fusion buffer's size.
+  return ready;
+}
+
+// Consecutive tensors of one type and op fused up to the fusion buffer's size.
+void FusionEngine::reduce_ready(const std::vector<std::pair<std::string, Entry>>& ready) {
   Transport t = comm_.transport;
   std::vector<std::pair<std::string, Entry>> group;
   std::size_t group_bytes = 0;
-  for (auto& item : ready) {
+  for (const auto& item : ready) {
     std::size_t bytes = item.second.count * size_of(item.second.type);
     if (!group.empty() && (group_bytes + bytes > comm_.options.fusion_bytes || item.second.type != group[0].second.type ||
                            item.second.op != group[0].second.op)) {
@@ -402,8 +430,13 @@ FusionEngine::Outcome FusionEngine::cycle() {
     group_bytes += bytes;
   }
   if (!group.empty()) reduce_group(group, t);
-  if (any_joined) track_joins(joined);
-  // Stall report: names some ranks submitted and others did not.
+}
+
+// Names some ranks submitted and others did not: warned about after stall_warning, failed
+// once any rank flags them past stall_abort. Returns whether there were any.
+bool FusionEngine::report_stalls(const std::vector<RankList>& lists, const std::vector<bool>& joined,
+                                 const std::set<std::string>& everywhere) {
+  const int n = static_cast<int>(lists.size());
   std::map<std::string, std::vector<int>> holders;
   for (int r = 0; r < n; ++r)
     for (const auto& [name, spec] : lists[static_cast<std::size_t>(r)].items)
@@ -441,8 +474,7 @@ FusionEngine::Outcome FusionEngine::cycle() {
     }
   }
   std::erase_if(partial_since_, [&](const auto& kv) { return !holders.count(kv.first); });
-  if (!any_pending && !any_joined) return Outcome::idle;  // a joined rank's peers must not wait out an idle pause
-  return holders.empty() ? Outcome::settled : Outcome::partial;
+  return !holders.empty();
 }
 
 void FusionEngine::reduce_group(const std::vector<std::pair<std::string, Entry>>& group, Transport t) {

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <set>
@@ -85,8 +86,23 @@ class FusionEngine {
   // What a negotiation cycle found: no rank had anything (idle); a name that some ranks
   // submitted and others not yet (partial); or everything was reduced (settled).
   enum class Outcome { idle, partial, settled };
+  // This rank's side of a cycle: the stop and join requests and the pending names in
+  // submission order.
+  struct Pending {
+    bool stop = false, joining = false;
+    std::vector<std::pair<std::string, fusion_wire::Spec>> items;
+  };
   void loop();
-  Outcome cycle();
+  Outcome cycle();  // the steps below, in order
+  Pending snapshot();
+  std::vector<fusion_wire::RankList> negotiate(const Pending& mine);
+  std::vector<std::pair<std::string, Entry>> take_ready(const std::vector<fusion_wire::RankList>& lists,
+                                                        const std::vector<bool>& joined, bool any_joined,
+                                                        std::set<std::string>& everywhere,
+                                                        std::deque<std::vector<char>>& stand_ins);
+  void reduce_ready(const std::vector<std::pair<std::string, Entry>>& ready);
+  bool report_stalls(const std::vector<fusion_wire::RankList>& lists, const std::vector<bool>& joined,
+                     const std::set<std::string>& everywhere);
   void fail_all(std::exception_ptr e);
   void reduce_group(const std::vector<std::pair<std::string, Entry>>& group, Transport t);
   void track_joins(const std::vector<bool>& joined);
