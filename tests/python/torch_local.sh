@@ -105,6 +105,24 @@ for script in train_hvd train_ddp; do
   assert_eq "$(hash_of "$IT_OUT" 0)" "$(hash_of "$hvd1" 0)" "$script after preemption: the uninterrupted hash"
 done
 
+# Ctrl-C: SIGINT to the whole process group, as a terminal sends it (set -m: a job of its own,
+# SIGINT not ignored). The same emergency checkpoint as SIGTERM, exit 75, and the next run
+# resumes from it (issue 31 §4).
+set -m
+"$run" --local -n 2 --ckpt-dir "$tmp/int" -- $py "$ex/train_hvd.py" --steps 100000 >"$tmp/int.log" 2>&1 &
+int_pid=$!
+set +m
+it_wait_for 120 "train_hvd wrote its first checkpoint (then Ctrl-C)" eval 'ls "$tmp/int" | grep -q "^ckpt-[0-9]*\.h5$"'
+kill -INT -- "-$int_pid"
+wait "$int_pid" && rc=0 || rc=$?
+assert_eq 75 "$rc" "train_hvd: Ctrl-C of saker-run --local exits 75"
+assert_contains "$(cat "$tmp/int.log")" "stopped by SIGINT: emergency checkpoint of step" "train_hvd: Ctrl-C gets the emergency checkpoint"
+assert_contains "$(cat "$tmp/int.log")" "interrupted (SIGINT received, emergency checkpoint committed): stopping; run again to resume" \
+  "saker-run says it was interrupted and how to resume"
+step=$(sed -n 's/.*stopped by SIGINT: emergency checkpoint of step \([0-9]*\).*/\1/p' "$tmp/int.log")
+assert_rc 0 "train_hvd: run again after Ctrl-C" -- "$run" --local -n 2 --ckpt-dir "$tmp/int" -- $py "$ex/train_hvd.py" --steps $((step + 2))
+assert_contains "$IT_OUT" "resumed from step $step" "train_hvd resumes from the Ctrl-C checkpoint"
+
 # saker-ckpt show says what a torch checkpoint's config holds, never its base64 pickle (issue 31 §8).
 main_ckpt=$(ls "$tmp"/pre-train_hvd/ckpt-*.h5 | grep -v shard | tail -n 1)
 assert_rc 0 "saker-ckpt show of a saker.torch checkpoint" -- "$SAKER_BUILDDIR/ckpt/saker-ckpt/saker-ckpt" show "$main_ckpt"
