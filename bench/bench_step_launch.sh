@@ -10,15 +10,22 @@
 # with the plugin with the two turns without it around it; the median and the spread of
 # the per-round ratios are printed, with slurmctld's RPCs per step on each side (sdiag).
 # A third side runs the plugin with gpu-affinity=none: the residency check's own cost.
+# The plugin signs every step's attestation (attest-key=, issue 30), as a site would run
+# it; the bench checks that each node wrote one. Load averages (uptime) are printed before
+# and after: on a shared machine the ratio means little without them.
 #
 # Env: SAKER_BENCH_NODES (default 32), SAKER_BENCH_STEPS (steps per turn, default 5),
-# SAKER_BENCH_ROUNDS (turns with the plugin, default 6).
+# SAKER_BENCH_ROUNDS (turns with the plugin, default 6), SAKER_BENCH_PORT_BASE (default:
+# random), SAKER_BENCH_COMPARE=/path/to/other/spank_saker.so: a fourth side, the same
+# arguments with that build of the plugin (a change's before/after in one session).
 set -euo pipefail
 SRC=${SAKER_SRCDIR:-%%SAKER_SRCDIR%%}
 BUILD=${SAKER_BUILDDIR:-%%SAKER_BUILDDIR%%}
 NODES=${SAKER_BENCH_NODES:-32}
 STEPS=${SAKER_BENCH_STEPS:-5}
 ROUNDS=${SAKER_BENCH_ROUNDS:-6}
+COMPARE=${SAKER_BENCH_COMPARE:-}
+[[ -z $COMPARE || -f $COMPARE ]] || { echo "bench_step_launch: SAKER_BENCH_COMPARE=$COMPARE is not a file" >&2; exit 2; }
 [[ $(id -u) == 0 ]] || { echo "bench_step_launch: needs root (real Slurm daemons); skipped"; exit 0; }
 scratch=$(mktemp -d /tmp/saker-bench-step-XXXXXX)
 chmod 755 "$scratch"
@@ -53,10 +60,13 @@ grants:
     datasets: [records]
 POLICY
 
+openssl genpkey -algorithm ed25519 -out "$scratch/site.key" 2>/dev/null && chmod 0600 "$scratch/site.key"
+attest=$scratch/attest
 for attempt in 1 2 3 4 5; do
-  port=$((24000 + RANDOM % 5000))
+  port=${SAKER_BENCH_PORT_BASE:-$((24000 + RANDOM % 5000))}
   "$SRC/scripts/saker-cluster" up --prefix "$prefix" --port-base "$port" --build-dir "$BUILD" --nodes "$NODES" \
-    --cpus-per-node 2 --policy "$scratch/policy.yaml" --partitions "all=saker[1-$NODES]" >"$scratch/up.log" 2>&1 && rc=0 || rc=$?
+    --cpus-per-node 2 --policy "$scratch/policy.yaml" --partitions "all=saker[1-$NODES]" \
+    --spank-args "attest-key=$scratch/site.key attest-dir=$attest" >"$scratch/up.log" 2>&1 && rc=0 || rc=$?
   ((rc == 4)) || break
 done
 if ((rc != 0)); then cat "$scratch/up.log" >&2; echo "bench_step_launch: the cluster did not come up (above)" >&2; exit 1; fi
@@ -66,6 +76,8 @@ cp "$plugstack" "$scratch/plugstack.with"
 echo "# empty: the side without spank_saker.so" >"$scratch/plugstack.without"
 # The residency check alone: the same plugin with its affinity planning off.
 sed '/spank_saker.so/ s/$/ gpu-affinity=none/' "$plugstack" >"$scratch/plugstack.residency"
+# The other build: the same line, the other .so.
+[[ -n $COMPARE ]] && sed "s|^required [^ ]*spank_saker.so|required $COMPARE|" "$plugstack" >"$scratch/plugstack.compare"
 
 job=$(sbatch --parsable -N "$NODES" -A bench --dataset=records -o /dev/null --wrap 'sleep 3600')
 for _ in $(seq 1 150); do
@@ -99,8 +111,16 @@ if srun --jobid="$job" --overlap -N "$NODES" -n "$NODES" --dataset=records,other
   echo "bench_step_launch: a step declaring an unknown dataset was not refused: the check is not running" >&2
   exit 1
 fi
+# ... and so must the signing: one attestation per node.
+srun --jobid="$job" --overlap -N "$NODES" -n "$NODES" --dataset=records true
+signed=$(find "$attest" -type f 2>/dev/null | wc -l)
+if ((signed < NODES)); then
+  echo "bench_step_launch: $signed attestation files under $attest for $NODES nodes: the plugin is not signing (slurmd logs under $prefix)" >&2
+  exit 1
+fi
 
 echo "step launch on $NODES nodes (slurmd processes on $(nproc) cores), $STEPS steps per turn, $ROUNDS rounds"
+echo "before: $(uptime)"
 ratio() { awk -v w="$1" -v a="$2" -v b="$3" 'BEGIN { printf "%.3f", w / ((a + b) / 2) }'; }
 summary() {  # summary LABEL RATIOS...
   local label=$1 sorted median
@@ -111,7 +131,7 @@ summary() {  # summary LABEL RATIOS...
     "$label" "$#" "$median" "$(head -n1 <<<"$sorted")" "$(tail -n1 <<<"$sorted")"
 }
 prev=$(turn without)
-whole=() residency=()
+whole=() residency=() other=()
 for ((r = 1; r <= ROUNDS; r++)); do
   w=$(turn with)
   mid=$(turn without)
@@ -122,9 +142,18 @@ for ((r = 1; r <= ROUNDS; r++)); do
   printf '  round %d: without %d, whole plugin %d, without %d, residency check only %d, without %d ms: ratios %s %s\n' \
     "$r" "$prev" "$w" "$mid" "$c" "$next" "${whole[-1]}" "${residency[-1]}"
   prev=$next
+  if [[ -n $COMPARE ]]; then
+    o=$(turn compare)
+    next=$(turn without)
+    other+=("$(ratio "$o" "$prev" "$next")")
+    printf '  round %d: %s %d, without %d ms: ratio %s\n' "$r" "$COMPARE" "$o" "$next" "${other[-1]}"
+    prev=$next
+  fi
 done
-summary "whole plugin (residency + affinity)" "${whole[@]}"
-summary "residency check only (gpu-affinity=none)" "${residency[@]}"
+echo "after: $(uptime)"
+summary "whole plugin (residency + affinity + attestation)" "${whole[@]}"
+summary "residency check and attestation (gpu-affinity=none)" "${residency[@]}"
+[[ -n $COMPARE ]] && summary "$COMPARE" "${other[@]}"
 per_step() { awk '{ r += $1; s += $2 } END { printf "%.1f", r / s }' "$scratch/rpcs.$1"; }
 awk -v a="$(per_step with)" -v c="$(per_step residency)" -v b="$(per_step without)" -v n="$NODES" \
   'BEGIN { printf "slurmctld RPCs per step (sdiag): with %.1f, residency only %.1f, without %.1f (%d nodes; extra per node: %.3f)\n", a, c, b, n, (a - b) / n }'

@@ -1,4 +1,5 @@
-// Ed25519 signatures through OpenSSL's EVP interface, loaded with dlopen on first use.
+// Ed25519 signatures through OpenSSL's EVP interface (or libsodium's, for signing), loaded
+// with dlopen on first use.
 //
 // Why dlopen and not a link: spank_saker.so signs inside slurmstepd, which Slurm starts
 // afresh for every step on every node. Linking libcrypto would load and relocate it in
@@ -17,9 +18,17 @@ using Seed = std::array<unsigned char, 32>;       // the private key (RFC 8032 s
 using PublicKey = std::array<unsigned char, 32>;
 using Signature = std::array<unsigned char, 64>;
 
-// Each throws saker::Error when libcrypto cannot be loaded or refuses the key.
+// Each throws saker::Error when libcrypto cannot be loaded or refuses the key. public_of
+// and sign use libsodium instead when it is installed (ed25519.cpp says why): Ed25519 is
+// deterministic, so the key and the signature are the same bytes either way.
 PublicKey public_of(const Seed& seed);
 Signature sign(const Seed& seed, std::string_view message);
 bool verify(const PublicKey& key, std::string_view message, const Signature& signature);
+
+// Which library public_of and sign use here: "libsodium" or "libcrypto".
+const char* signing_library();
+// Always through libcrypto: the fallback, and the unit test's reference.
+PublicKey public_of_libcrypto(const Seed& seed);
+Signature sign_libcrypto(const Seed& seed, std::string_view message);
 
 }  // namespace saker::provenance::ed25519

@@ -12,6 +12,7 @@
 #include "common/error.hpp"
 #include "common/file.hpp"
 #include "plugins/spank/attestation_step.hpp"
+#include "provenance/ed25519.hpp"
 #include "provenance/text.hpp"
 #include "provenance_test_util.hpp"
 
@@ -66,6 +67,31 @@ TEST_CASE("attestation: OpenSSL's own Ed25519 verifies Saker's signature over DS
   const std::string cmd = "openssl pkeyutl -verify -pubin -inkey '" + site.public_path + "' -rawin -in '" +
                           (dir / "pae").string() + "' -sigfile '" + (dir / "sig").string() + "' >/dev/null 2>&1";
   CHECK(std::system(cmd.c_str()) == 0);
+}
+
+// The signer is libsodium where installed and libcrypto elsewhere (ed25519.hpp): both must
+// give RFC 8032's bytes, or attestations would depend on which library a node has.
+TEST_CASE("attestation: Ed25519 gives RFC 8032's key and signature through either library", "[attestation]") {
+  const auto bytes = [](const std::string& hex) {
+    std::string out;
+    for (std::size_t i = 0; i + 1 < hex.size(); i += 2) out.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+    return out;
+  };
+  ed25519::Seed seed{};
+  const std::string s = bytes("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60");
+  std::copy(s.begin(), s.end(), seed.begin());
+  const std::string want_pub = bytes("d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a");
+  const std::string want_sig = bytes(
+      "e5564300c360ac729086e2cc806e828a84877f1eb8e5d974d873e065224901555fb8821590a33bacc61e39701cf9b46bd25bf5f0595bbe24655141438e7a100b");
+  const auto str = [](const auto& a) { return std::string(a.begin(), a.end()); };
+  INFO("signing library: " << ed25519::signing_library());
+  CHECK(str(ed25519::public_of(seed)) == want_pub);
+  CHECK(str(ed25519::public_of_libcrypto(seed)) == want_pub);
+  CHECK(str(ed25519::sign(seed, "")) == want_sig);
+  CHECK(str(ed25519::sign_libcrypto(seed, "")) == want_sig);
+  const std::string message(1000, 'x');
+  CHECK(str(ed25519::sign(seed, message)) == str(ed25519::sign_libcrypto(seed, message)));
+  CHECK(ed25519::verify(ed25519::public_of(seed), message, ed25519::sign(seed, message)));
 }
 
 // ---------------------------------------------------------------- attacks by the job's user
