@@ -12,7 +12,9 @@
 # A third side runs the plugin with gpu-affinity=none: the residency check's own cost.
 # The plugin signs every step's attestation (attest-key=, issue 30), as a site would run
 # it; the bench checks that each node wrote one. Load averages (uptime) are printed before
-# and after: on a shared machine the ratio means little without them.
+# and after: on a shared machine the ratio means little without them. So is the CPU time
+# the launch costs (slurmd, slurmstepd and srun, in a cpuacct cgroup of their own where
+# cgroup v1 is writable): it hardly moves with other people's load, the wall time does.
 #
 # Env: SAKER_BENCH_NODES (default 32), SAKER_BENCH_STEPS (steps per turn, default 5),
 # SAKER_BENCH_ROUNDS (turns with the plugin, default 6), SAKER_BENCH_PORT_BASE (default:
@@ -30,8 +32,10 @@ COMPARE=${SAKER_BENCH_COMPARE:-}
 scratch=$(mktemp -d /tmp/saker-bench-step-XXXXXX)
 chmod 755 "$scratch"
 prefix="$scratch/cluster"
+cg=/sys/fs/cgroup/cpuacct/saker-bench-$$
 cleanup() {
   "$SRC/scripts/saker-cluster" down --prefix "$prefix" >/dev/null 2>&1 || true
+  [[ -d $cg ]] && rmdir "$cg" 2>/dev/null
   rm -rf "$scratch"
 }
 trap cleanup EXIT
@@ -86,22 +90,33 @@ for _ in $(seq 1 150); do
 done
 [[ $(squeue -h -j "$job" -o %T) == RUNNING ]] || { echo "bench_step_launch: the allocation did not start" >&2; exit 1; }
 
+# The CPU account: this cluster's slurmd (their slurmstepd inherit it) and each turn's srun.
+cpu_ns() { [[ -r $cg/cpuacct.usage ]] && cat "$cg/cpuacct.usage" || echo 0; }
+if mkdir "$cg" 2>/dev/null; then
+  for pid in $(pgrep -f "slurmd .*$prefix/etc/slurm.conf"); do echo "$pid" >"$cg/cgroup.procs"; done
+fi
+
 rpc_total() { sdiag | awk '/Remote Procedure Call statistics by message type/ { on = 1; next } /Remote Procedure Call statistics by user/ { on = 0 } on && /count:/ { sub(/.*count:/, ""); n += $1 } END { print n + 0 }'; }
 
-# turn SIDE: STEPS steps; prints the mean wall ms per step and appends "RPCS STEPS" to
-# $scratch/rpcs.SIDE (turn runs in a subshell: files, not variables).
+# turn SIDE: STEPS steps; prints the mean wall ms per step, appends "RPCS STEPS" to
+# $scratch/rpcs.SIDE and "CPU_MS_PER_STEP" to $scratch/cpu.SIDE (turn runs in a subshell:
+# files, not variables; its sruns are in the CPU account with it).
 turn() {
-  local side=$1 start end i extra=()
+  local side=$1 start end c0 c1 i extra=()
+  [[ -d $cg ]] && echo "$BASHPID" >"$cg/cgroup.procs"
   cp "$scratch/plugstack.$side" "$plugstack"
   [[ $side != without ]] && extra=(--dataset=records)
   srun --jobid="$job" --overlap -N "$NODES" -n "$NODES" "${extra[@]}" true  # untimed: warm
   sdiag -r >/dev/null
+  c0=$(cpu_ns)
   start=$(date +%s%N)
   for ((i = 0; i < STEPS; i++)); do
     srun --jobid="$job" --overlap -N "$NODES" -n "$NODES" "${extra[@]}" true
   done
   end=$(date +%s%N)
+  c1=$(cpu_ns)
   echo "$(rpc_total) $STEPS" >>"$scratch/rpcs.$side"
+  echo $(((c1 - c0) / STEPS / 1000000)) >>"$scratch/cpu.$side"
   echo $(((end - start) / STEPS / 1000000))
 }
 
@@ -154,6 +169,15 @@ echo "after: $(uptime)"
 summary "whole plugin (residency + affinity + attestation)" "${whole[@]}"
 summary "residency check and attestation (gpu-affinity=none)" "${residency[@]}"
 [[ -n $COMPARE ]] && summary "$COMPARE" "${other[@]}"
+if [[ -d $cg ]]; then
+  # CPU: each turn's ms per step, pooled per side (the sides alternate, so drift cancels).
+  mean() { awk '{ s += $1 } END { printf "%.1f", s / NR }' "$scratch/cpu.$1"; }
+  cw=$(mean with) cr=$(mean residency) cb=$(mean without)
+  awk -v w="$cw" -v r="$cr" -v b="$cb" -v n="$NODES" 'BEGIN {
+    printf "CPU per step (slurmd + slurmstepd + srun): with %.1f ms, residency only %.1f ms, without %.1f ms: ratios %.3f %.3f; plugin %.2f ms per node-step\n", w, r, b, w / b, r / b, (w - b) / n }'
+  [[ -n $COMPARE ]] && awk -v o="$(mean compare)" -v b="$cb" -v n="$NODES" -v f="$COMPARE" 'BEGIN {
+    printf "CPU per step with %s: %.1f ms: ratio %.3f; %.2f ms per node-step\n", f, o, o / b, (o - b) / n }'
+fi
 per_step() { awk '{ r += $1; s += $2 } END { printf "%.1f", r / s }' "$scratch/rpcs.$1"; }
 awk -v a="$(per_step with)" -v c="$(per_step residency)" -v b="$(per_step without)" -v n="$NODES" \
   'BEGIN { printf "slurmctld RPCs per step (sdiag): with %.1f, residency only %.1f, without %.1f (%d nodes; extra per node: %.3f)\n", a, c, b, n, (a - b) / n }'
