@@ -89,6 +89,19 @@ std::pair<Bytes32, Bytes32> derive(const Context& ctx, const std::string& t, con
           hkdf(ctx.key, salt, std::string("saker link s2c") + '\0' + t)};
 }
 
+// The key id a Hello to server_rank carries (-1: the store): an HMAC of the key, so that
+// a listener rejects another job's Hello at once; one per target, so that a stranger who
+// receives Hellos (on a dead rank's freed port, or a squatted store port) learns no id
+// that another rank's listener would take, and cannot hold its handshakes open.
+std::array<unsigned char, 8> target_id(const JobKey& key, std::int32_t server_rank) {
+  std::string label = "saker key id for";
+  append_u32(label, static_cast<std::uint32_t>(server_rank));
+  Bytes32 m = hmac(key.bytes.data(), key.bytes.size(), label);
+  std::array<unsigned char, 8> out{};
+  std::memcpy(out.data(), m.data(), out.size());
+  return out;
+}
+
 Bytes32 fresh_nonce() {
   Bytes32 n{};
   if (RAND_bytes(n.data(), static_cast<int>(n.size())) != 1) throw Error("saker: RAND_bytes failed in OpenSSL libcrypto");
@@ -261,7 +274,9 @@ const char* name_of(Kind k) {
 // ---- the two halves ----
 ClientSide::ClientSide(const Context& ctx, const Claim& claim) : ctx_(ctx), claim_(claim), nonce_c_(fresh_nonce()) {}
 
-std::array<unsigned char, kHelloBytes> ClientSide::hello() const { return encode_hello(claim_, ctx_.key.id(), nonce_c_); }
+std::array<unsigned char, kHelloBytes> ClientSide::hello() const {
+  return encode_hello(claim_, target_id(ctx_.key, claim_.server_rank), nonce_c_);
+}
 
 std::array<unsigned char, kFinishBytes> ClientSide::on_reply(const unsigned char* reply) {
   if (get_u32(reply) != kMagic) throw Refused("its reply is not a Saker handshake");
@@ -286,9 +301,9 @@ std::array<unsigned char, kReplyBytes> ServerSide::on_hello(const unsigned char*
   if (!accepts_(claim_.kind)) throw Refused(std::string("a ") + name_of(claim_.kind) + " connection is not served here");
   if (claim_.server_rank != my_rank_)
     throw Refused("the handshake is meant for rank " + std::to_string(claim_.server_rank) + ", not this one");
-  auto id = ctx_.key.id();
+  auto id = target_id(ctx_.key, my_rank_);
   if (CRYPTO_memcmp(id.data(), hello + 24, id.size()) != 0)
-    throw Refused("it uses another job key (id " + to_hex(hello + 24, 8) + ", ours " + ctx_.key.id_hex() + ")");
+    throw Refused("it uses another job key (id " + to_hex(hello + 24, 8) + ", ours " + to_hex(id.data(), id.size()) + ")");
   std::memcpy(nonce_c_.data(), hello + 32, 32);
   nonce_s_ = fresh_nonce();
   std::array<unsigned char, kReplyBytes> r{};

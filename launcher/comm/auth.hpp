@@ -5,7 +5,11 @@
 // holds the key with a mutual HMAC-SHA256 challenge-response over two fresh nonces:
 //
 //   client -> server  Hello  (64 bytes): magic, version, kind, client rank, server rank,
-//                            channel, key id, client nonce
+//                            channel, target key id, client nonce
+//
+// The target key id is an HMAC of the key and the listener's rank (-1: the store), so a
+// listener drops another job's Hello at once, and a stranger who hears Hellos (on a dead
+// rank's freed port, a squatted store port) learns no id another listener would take.
 //   server -> client  Reply  (68 bytes): magic, server nonce, MAC("server", transcript)
 //   client -> server  Finish (32 bytes): MAC("client", transcript)
 //   server -> client  Ack    (1 byte)

@@ -69,10 +69,11 @@ TEST_CASE("handshake: a wrong key is refused by both sides", "[comm][auth]") {
   ServerSide s(good, 0, accepts_link);
   ClientSide c(bad, Claim{Kind::link, 1, 0, 3});
   CHECK_THROWS_AS(s.on_hello(c.hello().data(), 4), Refused);  // its key id differs
-  // A stranger who copies our key id still cannot produce either MAC.
+  // A stranger who copies our key id (from a Hello to this server) still cannot produce
+  // either MAC.
   auto hello = c.hello();
-  auto id = key_a().id();
-  std::copy(id.begin(), id.end(), hello.begin() + 24);
+  auto genuine = ClientSide(good, Claim{Kind::link, 1, 0, 3}).hello();
+  std::copy(genuine.begin() + 24, genuine.begin() + 32, hello.begin() + 24);
   auto reply = s.on_hello(hello.data(), 4);
   CHECK_THROWS_AS(c.on_reply(reply.data()), Refused);
   std::array<unsigned char, kFinishBytes> guess{};

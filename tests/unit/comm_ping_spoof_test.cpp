@@ -215,3 +215,68 @@ TEST_CASE("mesh: a stranger on a dead rank's port is not taken for that rank", "
   CHECK_THAT(r1->abort_reason(), Catch::Contains(kLocalReason) && Catch::Contains("seen by rank 0"));
   CHECK(squatter.heard().find("REASON-c0ffee") == std::string::npos);
 }
+
+// The squatter also learns what a Hello to the dead rank carries. Were the key id in it
+// the same for every listener, it could send live rank 1 Hellos that pass the id check
+// and never finish: each holds one of rank 1's handshake threads for the handshake
+// deadline, and with them all held rank 0's ping to rank 1 goes unanswered, so rank 0
+// blames the live rank 1 instead of waiting for the real culprit's notice. The id is per
+// listener (auth.cpp, target_id), so rank 1 drops those Hellos at once.
+TEST_CASE("mesh: what a dead rank's port hears does not get a live rank blamed", "[comm][intruder]") {
+  std::vector<PeerInfo> peers(3);
+  std::vector<net::Fd> listeners;
+  for (int r = 0; r < 3; ++r) {
+    int port = 0;
+    listeners.push_back(net::listen_on("127.0.0.1", 0, &port));
+    peers[static_cast<std::size_t>(r)] = {"127.0.0.1", port, "host" + std::to_string(r), "n" + std::to_string(r), getpid(), "m"};
+  }
+  auto r0 = std::make_unique<Mesh>(0, peers, std::move(listeners[0]), 120s, job_context());
+  auto r1 = std::make_unique<Mesh>(1, peers, std::move(listeners[1]), 120s, job_context());
+  listeners[2].reset();  // rank 2 is gone; the stranger listens on its port
+  int bound = 0;
+  net::Fd squat = net::listen_on("127.0.0.1", peers[2].port, &bound);
+  REQUIRE(bound == peers[2].port);
+  std::atomic<bool> opened{false};
+  std::thread opener([&] {  // rank 0 opens its link to rank 2, meets the stranger, gives up
+    try {
+      r0->link(2, 0);
+    } catch (const saker::Error&) {
+    }
+    opened = true;
+  });
+  std::string hello(auth::kHelloBytes, '\0');
+  for (bool heard = false; !opened;) {  // keeps the first Hello, hangs up on every try
+    net::Fd fd = net::accept_until(squat.get(), net::deadline_in(100ms));
+    if (fd && !heard) heard = recv(fd.get(), hello.data(), hello.size(), MSG_WAITALL) == static_cast<ssize_t>(hello.size());
+  }
+  opener.join();
+  REQUIRE(get_u32(hello, 12) == 2);
+  // Three times rank 1's handshake threads (Mesh: 64): pings to rank 1, fresh nonces.
+  std::vector<net::Fd> held;
+  hello[5] = static_cast<char>(auth::Kind::ping);
+  set_u32(hello, 8, 0);
+  set_u32(hello, 12, 1);
+  for (std::uint32_t i = 0; i < 192; ++i) {
+    held.push_back(net::connect_to("127.0.0.1", peers[1].port, net::deadline_in(5s), "rank 1"));
+    set_u32(hello, 32, i);
+    say(held.back().get(), hello);
+  }
+  std::string r0_error;
+  std::thread survivor([&] {
+    try {
+      r0->fail("allreduce", 1, "rank 1 (host host1) sent nothing: REASON-c0ffee");
+    } catch (const saker::Error& e) {
+      r0_error = e.what();
+    }
+  });
+  // Rank 0's probe lasts at most a second; long after it, rank 1 (alive, and blocked
+  // behind the real culprit) reports its own view, which rank 0 must be waiting for.
+  std::this_thread::sleep_for(5s);
+  try {
+    r1->fail_here("allreduce", "rank 1 lost rank 2: MESSENGER");
+  } catch (const saker::Error&) {
+  }
+  survivor.join();
+  CHECK_THAT(r0_error, Catch::Contains("aborted: rank 1 lost rank 2: MESSENGER"));
+  CHECK(r0_error.find("REASON-c0ffee") == std::string::npos);
+}
