@@ -3,10 +3,14 @@
 # train_lib.sh: a 4-node cluster that allows job expansion, an elastic saker-train job,
 # losing a node and bringing it back.
 
-# Steps long enough for two losses, two shrinks and a grow to land mid-run (~40 s); a
-# checkpoint every 25.
+# Steps long enough for two losses, two shrinks, a grow and a loss during it to land
+# mid-run; a checkpoint every 25. The job's pace is set by the sleep per step, not by the
+# machine, while the test's own commands (squeue, /proc scans) slow down under load: at
+# 60 ms a step (36 s in all) a loaded CI run reached its second kill only as the job
+# ended (squeue can stall while slurmctld times out on the dead node). At 200 ms the run
+# lasts 2 minutes; the test waits for each event, not for a time.
 ELASTIC_MODEL_ARGS="--steps 600 --layers 32,32 --batch 64 --ckpt-every 25 --log-every 25 --seed 7"
-ELASTIC_STEP_SLEEP_MS=${ELASTIC_STEP_SLEEP_MS:-60}
+ELASTIC_STEP_SLEEP_MS=${ELASTIC_STEP_SLEEP_MS:-200}
 
 # elastic_cluster_up: 4 CPU nodes; permit_job_expansion is what lets a node that answers
 # again rejoin a running job (saker-run(1), ELASTIC RUNS).
