@@ -20,6 +20,7 @@
 #include "comm_flood_support.hpp"
 #include "comm_test_support.hpp"
 #include "launcher/comm/auth.hpp"
+#include "comm_mesh_support.hpp"
 #include "launcher/comm/mesh.hpp"
 #include "launcher/comm/net.hpp"
 #ifndef SAKER_TEST_PRE_ADMISSION
@@ -95,13 +96,9 @@ TEST_CASE("store: a rank from another host keeps its place while a flood churns 
 }
 
 TEST_CASE("mesh: a rank from another host keeps its place while a flood churns its listener", "[comm][flood]") {
-  std::vector<PeerInfo> peers(2);
-  std::vector<net::Fd> listeners;
-  for (int r = 0; r < 2; ++r) {
-    int port = 0;
-    listeners.push_back(net::listen_on("127.0.0.1", 0, &port));
-    peers[static_cast<std::size_t>(r)] = {"127.0.0.1", port, "host" + std::to_string(r), "n" + std::to_string(r), getpid(), "m"};
-  }
+  auto loopback = test::loopback_peers(2);
+  auto& peers = loopback.peers;
+  auto& listeners = loopback.listeners;
   Mesh rank1(1, peers, std::move(listeners[1]), 20s, job_context());
   test::ChurningFlood flood(peers[1].port, 400);
   REQUIRE(flood.wait_closed(256, 120s));  // the pending list (256) is full and being pushed

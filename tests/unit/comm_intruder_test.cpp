@@ -28,6 +28,7 @@
 #ifndef SAKER_TEST_OLD_API
 #include "launcher/comm/auth.hpp"
 #include "launcher/comm/fusion.hpp"
+#include "comm_mesh_support.hpp"
 #include "launcher/comm/mesh.hpp"
 #endif
 
@@ -326,13 +327,9 @@ TEST_CASE("fusion: forged negotiation lengths and tensor sizes are refused, nami
 // Mesh::kHandshakeLimit, not the listener: a rank's link opened meanwhile is accepted
 // while the stranger is still connected.
 TEST_CASE("mesh: a silent stranger on a listener holds up no link", "[comm][intruder]") {
-  std::vector<PeerInfo> peers(2);
-  std::vector<net::Fd> listeners;
-  for (int r = 0; r < 2; ++r) {
-    int port = 0;
-    listeners.push_back(net::listen_on("127.0.0.1", 0, &port));
-    peers[static_cast<std::size_t>(r)] = {"127.0.0.1", port, "host" + std::to_string(r), "n" + std::to_string(r), getpid(), "m"};
-  }
+  auto loopback = test::loopback_peers(2);
+  auto& peers = loopback.peers;
+  auto& listeners = loopback.listeners;
   auto ctx = [] { return auth::Context{auth::JobKey::from_raw(test::test_key()), "test"}; };
   Mesh rank1(1, peers, std::move(listeners[1]), 20s, ctx());
   std::vector<net::Fd> silent;
@@ -377,13 +374,9 @@ TEST_CASE("store: a flood of silent strangers exhausts no descriptors and keeps 
 // listener ran at once plus its 512-connection backlog, so the real peer's connect waited
 // (or was dropped) behind them for the handshake deadline, over and over.
 TEST_CASE("mesh: a flood of silent strangers on a listener holds up no link", "[comm][intruder]") {
-  std::vector<PeerInfo> peers(2);
-  std::vector<net::Fd> listeners;
-  for (int r = 0; r < 2; ++r) {
-    int port = 0;
-    listeners.push_back(net::listen_on("127.0.0.1", 0, &port));
-    peers[static_cast<std::size_t>(r)] = {"127.0.0.1", port, "host" + std::to_string(r), "n" + std::to_string(r), getpid(), "m"};
-  }
+  auto loopback = test::loopback_peers(2);
+  auto& peers = loopback.peers;
+  auto& listeners = loopback.listeners;
   auto ctx = [] { return auth::Context{auth::JobKey::from_raw(test::test_key()), "test"}; };
   FdLimit limit(1024);
   Mesh rank1(1, peers, std::move(listeners[1]), 5s, ctx());

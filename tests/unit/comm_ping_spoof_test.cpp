@@ -32,6 +32,7 @@
 #include "common/error.hpp"
 #include "comm_test_support.hpp"
 #include "launcher/comm/auth.hpp"
+#include "comm_mesh_support.hpp"
 #include "launcher/comm/mesh.hpp"
 #include "launcher/comm/net.hpp"
 
@@ -166,13 +167,9 @@ TEST_CASE("mesh: a stranger on a dead rank's port is not taken for that rank", "
   SECTION("it relays the handshake to a live rank") { how = Spoof::relay; }
   SECTION("it relays the handshake re-targeted at a live rank") { how = Spoof::retarget; }
 
-  std::vector<PeerInfo> peers(3);
-  std::vector<net::Fd> listeners;
-  for (int r = 0; r < 3; ++r) {
-    int port = 0;
-    listeners.push_back(net::listen_on("127.0.0.1", 0, &port));
-    peers[static_cast<std::size_t>(r)] = {"127.0.0.1", port, "host" + std::to_string(r), "n" + std::to_string(r), getpid(), "m"};
-  }
+  auto loopback = test::loopback_peers(3);
+  auto& peers = loopback.peers;
+  auto& listeners = loopback.listeners;
   // Long enough that a survivor who believes the squatter waits past this test's deadline.
   const auto timeout = 120s;
   auto r0 = std::make_unique<Mesh>(0, peers, std::move(listeners[0]), timeout, job_context());
@@ -223,13 +220,9 @@ TEST_CASE("mesh: a stranger on a dead rank's port is not taken for that rank", "
 // blames the live rank 1 instead of waiting for the real culprit's notice. The id is per
 // listener (auth.cpp, target_id), so rank 1 drops those Hellos at once.
 TEST_CASE("mesh: what a dead rank's port hears does not get a live rank blamed", "[comm][intruder]") {
-  std::vector<PeerInfo> peers(3);
-  std::vector<net::Fd> listeners;
-  for (int r = 0; r < 3; ++r) {
-    int port = 0;
-    listeners.push_back(net::listen_on("127.0.0.1", 0, &port));
-    peers[static_cast<std::size_t>(r)] = {"127.0.0.1", port, "host" + std::to_string(r), "n" + std::to_string(r), getpid(), "m"};
-  }
+  auto loopback = test::loopback_peers(3);
+  auto& peers = loopback.peers;
+  auto& listeners = loopback.listeners;
   auto r0 = std::make_unique<Mesh>(0, peers, std::move(listeners[0]), 120s, job_context());
   auto r1 = std::make_unique<Mesh>(1, peers, std::move(listeners[1]), 120s, job_context());
   listeners[2].reset();  // rank 2 is gone; the stranger listens on its port

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "common/error.hpp"
+#include "comm_mesh_support.hpp"
 #include "launcher/comm/mesh.hpp"
 #include "launcher/comm/ring.hpp"
 #include "launcher/comm/tuning.hpp"
@@ -148,13 +149,9 @@ TEST_CASE("timed choice: the median, not the best, of a widely spread way", "[co
 TEST_CASE("ring members with different block plans agree on the smallest", "[comm][tuning]") {
   using namespace saker::comm;
   constexpr int n = 3;
-  std::vector<PeerInfo> peers(n);
-  std::vector<net::Fd> listeners;
-  for (int r = 0; r < n; ++r) {
-    int port = 0;
-    listeners.push_back(net::listen_on("127.0.0.1", 0, &port));
-    peers[static_cast<std::size_t>(r)] = {"127.0.0.1", port, "host" + std::to_string(r), "n" + std::to_string(r), getpid(), "m"};
-  }
+  auto loopback = test::loopback_peers(n);
+  auto& peers = loopback.peers;
+  auto& listeners = loopback.listeners;
   const std::size_t plans[n] = {8u << 20, 64u << 10, 1u << 20};
   std::size_t agreed[n] = {};
   std::vector<std::vector<float>> blocked(n), whole(n);
