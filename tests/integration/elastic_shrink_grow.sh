@@ -7,26 +7,29 @@
 # checkpoint boundary), loses a node again during that grow and shrinks to 3; its final
 # weights equal the uninterrupted run's. Refusals: a bad --nodes
 # range, MIN above the allocation, and a loss below MIN, which requeues.
+# The jobs are an ordinary user's (elastic_lib.sh); root only kills and restarts slurmd.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/train_lib.sh"
 source "$(dirname "$0")/elastic_lib.sh"
 it_require_root
 
-# A bad range is refused before anything starts, naming it (usage: exit 2).
-assert_rc 2 "--nodes 4:2 is refused with exit 2" -- "$SAKER_RUN_BIN" --nodes 4:2 -- true
-assert_contains "$IT_OUT" "--nodes 4:2: MIN 4 is larger than MAX 2" "the refusal names the range and why"
-assert_rc 2 "--nodes x:3 is refused with exit 2" -- "$SAKER_RUN_BIN" --nodes x:3 -- true
+elastic_cluster_up  # from here on the jobs and runs are the test user's (elastic_lib.sh)
 
-elastic_cluster_up
+# A bad range is refused before anything starts, naming it (usage: exit 2).
+assert_rc 2 "--nodes 4:2 is refused with exit 2" -- it_job "$SAKER_RUN_BIN" --nodes 4:2 -- true
+assert_contains "$IT_OUT" "--nodes 4:2: MIN 4 is larger than MAX 2" "the refusal names the range and why"
+assert_rc 2 "--nodes x:3 is refused with exit 2" -- it_job "$SAKER_RUN_BIN" --nodes x:3 -- true
+
 logical=$(elastic_logical_args)
 if [[ -n $logical ]]; then
-  h=$("$SAKER_RUN_BIN" --local -n 4 -- "$SAKER_TRAIN_BIN" --data "$TRAIN_DATA" $ELASTIC_MODEL_ARGS $logical 2>&1 |
+  h=$(it_job "$SAKER_RUN_BIN" --local -n 4 -- "$SAKER_TRAIN_BIN" --data "$TRAIN_DATA" $ELASTIC_MODEL_ARGS $logical 2>&1 |
     sed -n 's/^saker-train: weights xxh3_128 \([0-9a-f]*\)$/\1/p')
 fi
 
 # --- shrink and grow back -------------------------------------------------------------------
 job=$(elastic_submit 4 --nodes 2:4 --resize-wait 30)
 out="$IT_PREFIX/elastic-$job.out"
+if ((IT_AS_USER)); then assert_eq "$IT_USER" "$(squeue -h -j "$job" -o %u)" "the job is $IT_USER's, not root's"; fi
 wait_for_line 90 "$out" "step 75/600"
 victim=$(elastic_kill_node "$job" 3)
 echo "# killed node $victim (slurmd, slurmstepd and rank 3) at $(now)"
@@ -66,6 +69,7 @@ wait_for_line 120 "$out" "growing to 4 nodes \\(4 ranks\\) at the ranks. next ch
 # A loss during the grow: $victim's slurmd dies again as soon as saker-run decides to grow
 # onto it (the 2-rank attempt is still stopping at its checkpoint boundary, or the 4-rank
 # attempt is starting). The run must shrink again instead of hanging on the dead node.
+# Root: the machine's crash takes root's slurmd along.
 kill -KILL "$(cat "$IT_PREFIX/run/slurmd-$victim.pid")"
 echo "# killed $victim's slurmd again during the grow at $(now)"
 it_wait_for 150 "a 3-rank attempt after the loss during the grow" \
@@ -104,6 +108,6 @@ wait_for_line 90 "$out" "step 50/600"
 victim=$(elastic_kill_node "$job" 1)
 it_wait_for 60 "job $job requeued after losing $victim" grep -q "requeued job $job" "$out"
 assert_contains "$(cat "$out")" "1 node(s) left, below --nodes MIN 2" "below MIN the reason says so"
-scancel "$job"
+it_job scancel "$job"  # the user ends the requeued job
 elastic_revive_node "$victim"
 it_finish
