@@ -350,7 +350,10 @@ LinkKeys connect_handshake(int fd, const Context& ctx, const Claim& claim, net::
   try {
     net::recv_all(fd, &ack, 1, d, peer);
   } catch (const Error& e) {
-    throw Refused(peer + " refused this rank's proof of the job key (" + e.what() + ")");
+    // It proved the key, so it is the peer: the MACs bind the same transcript on both
+    // sides, and a listener that closes now dropped this connection to make room (a
+    // full table drops unproven connections, admission.hpp). Try again.
+    throw NoAnswer(peer + " hung up after its challenge, before accepting this rank's proof (" + e.what() + ")");
   }
   return c.keys();
 }
@@ -400,6 +403,8 @@ Claim recv_claim(int fd, std::int32_t world_size, net::Deadline d, const std::st
   net::recv_all(fd, h.data(), h.size(), d, peer);
   return decode_claim(h.data(), world_size);
 }
+
+Claim parse_claim(const unsigned char* hello, std::int32_t world_size) { return decode_claim(hello, world_size); }
 
 std::string peer_address(int fd) {
   sockaddr_storage sa{};

@@ -90,9 +90,10 @@ constexpr std::size_t kFinishBytes = 32;
 struct Refused : Error {
   using Error::Error;
 };
-// The peer closed (or reset) the connection before answering the Hello: a listener whose
-// table of unproven connections was full may have dropped this one (admission.hpp), so a
-// client tries again, a few times, before it believes the port is not its peer's.
+// The peer closed (or reset) the connection before answering the Hello, or after proving
+// the key but before its ack: a listener whose table of unproven connections was full may
+// have dropped this one (admission.hpp), so a client tries again, a few times, before it
+// believes the port is not its peer's.
 struct NoAnswer : Refused {
   using Refused::Refused;
 };
@@ -165,6 +166,8 @@ std::optional<Context> context_for(const Options& options, const std::string& sc
 // Transit::off (benchmarks only): the claim travels alone, unproven; no reply.
 void send_claim(int fd, const Claim& claim, net::Deadline d, const std::string& peer);
 Claim recv_claim(int fd, std::int32_t world_size, net::Deadline d, const std::string& peer);
+// The bare claim in a Hello's 64 bytes, checked for shape only (Transit::off).
+Claim parse_claim(const unsigned char* hello, std::int32_t world_size);
 
 // "a.b.c.d:port" of a connected socket's peer (for logs).
 std::string peer_address(int fd);

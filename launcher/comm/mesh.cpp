@@ -8,9 +8,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <deque>
+#include <string_view>
 
 #include "common/error.hpp"
 #include "common/log.hpp"
@@ -21,20 +24,25 @@ namespace {
 
 bool mesh_kind(auth::Kind k) { return k == auth::Kind::link || k == auth::Kind::abort || k == auth::Kind::ping; }
 
-// Handshakes in flight at once (a thread each), for connections whose Hello arrived.
-constexpr std::size_t kMaxHandshakes = 64;
-// Accepted connections still waiting for their Hello. A full list makes room by dropping
-// its oldest silent member, so a stranger that connects and says nothing can delay no
-// rank: every connection leaves the kernel's backlog at once, and a rank's Hello follows
-// its connect immediately (issue 28: 64 silent connections used to hold every slot for
-// the handshake deadline while the real peer waited in the backlog, and those behind
-// a full backlog had their connects dropped).
+// Accepted connections that have not yet proved the job key (silent, or in their
+// handshake). A full table makes room by dropping one (make_room), so neither silent
+// strangers nor copies of a Hello seen on the wire can delay a rank: every connection
+// leaves the kernel's backlog at once, and none holds a thread (issue 28: 64 silent
+// connections, later 64 replayed Hellos, used to hold every handshake thread for the
+// handshake deadline while a real peer's connect and its liveness pings waited).
 constexpr std::size_t kMaxPending = 256;
 
 // Bytes waiting to be read on fd (0 on error).
 std::size_t readable(int fd) {
   int n = 0;
   return ioctl(fd, FIONREAD, &n) == 0 && n > 0 ? static_cast<std::size_t>(n) : 0;
+}
+
+// A handshake message, an ack or a pong, all at once: a connection's send buffer is empty
+// when they go, so a short send means a stranger that shrank its window; drop it.
+void send_now(int fd, const void* data, std::size_t n) {
+  if (::send(fd, data, n, MSG_DONTWAIT | MSG_NOSIGNAL) != static_cast<ssize_t>(n))
+    throw auth::Refused("it does not take the listener's answer (" + std::to_string(n) + " bytes)");
 }
 
 }  // namespace
@@ -53,7 +61,6 @@ Mesh::~Mesh() {
   char c = 1;
   if (write(wake_[1], &c, 1) < 0) {}
   listener_thread_.join();
-  reap_handlers(true);
   close(wake_[0]);
   close(wake_[1]);
   close(abort_event_);
@@ -63,154 +70,181 @@ std::string Mesh::who(int r) const {
   return "rank " + std::to_string(r) + " (host " + peers_[static_cast<std::size_t>(r)].host + ")";
 }
 
-// Joins finished handlers; all: first ends the running ones (their sockets shut down).
-void Mesh::reap_handlers(bool all) {
-  std::vector<std::unique_ptr<Handler>> done;
-  {
-    std::lock_guard lock(handlers_mu_);
-    for (auto& h : handlers_)
-      if (all && h->fd >= 0) shutdown(h->fd, SHUT_RDWR);
-    auto mid = std::stable_partition(handlers_.begin(), handlers_.end(), [&](const auto& h) { return !all && h->fd >= 0; });
-    for (auto it = mid; it != handlers_.end(); ++it) done.push_back(std::move(*it));
-    handlers_.erase(mid, handlers_.end());
-  }
-  for (auto& h : done) h->thread.join();
-}
-
 void Mesh::listen_loop() {
   std::deque<Pending> pending;
   while (true) {
     std::vector<pollfd> fds{{wake_[0], POLLIN, 0}, {listener_.get(), POLLIN, 0}};
-    // A connection with part of a Hello is not polled for input (it would wake this loop
-    // at once, over and over); the next round looks at it again, and a Hello comes whole.
-    for (auto& p : pending)
-      fds.push_back({p.fd.get(), static_cast<short>(POLLRDHUP | (readable(p.fd.get()) ? 0 : POLLIN)), 0});
+    for (auto& p : pending) fds.push_back({p.fd.get(), POLLIN | POLLRDHUP, 0});
     if (poll(fds.data(), fds.size(), 100) < 0) continue;
     if (fds[0].revents) return;
-    reap_handlers(false);
-    for (std::size_t i = 0; i < pending.size(); ++i) {
-      const short r = fds[i + 2].revents;
-      if ((r & (POLLHUP | POLLERR | POLLRDHUP)) || ((r & POLLIN) && !readable(pending[i].fd.get())))
-        pending[i].hung_up = true;
+    // Those that sent something (or hung up) first, while their positions still match fds.
+    for (std::size_t i = 0, j = 2; i < pending.size(); ++j) {
+      if (fds[j].revents && !feed(pending[i])) pending.erase(pending.begin() + static_cast<long>(i));
+      else ++i;
     }
+    expire(pending);
     if (fds[1].revents & POLLIN) accept_pending(pending);
-    start_handshakes(pending);
   }
 }
 
 // Takes every connection the kernel holds (the listener is non-blocking), making room
-// in a full list by dropping its oldest member that has not sent a whole Hello.
+// in a full table first (make_room).
 void Mesh::accept_pending(std::deque<Pending>& pending) {
   for (int taken = 0; taken < 1024; ++taken) {
     net::Fd fd(accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
     if (!fd) {
       if (errno != EMFILE && errno != ENFILE) return;  // none left (EAGAIN)
-      // Out of descriptors: a silent stranger's goes, or the next round tries again.
+      // Out of descriptors: an unproven stranger's goes, or the next round tries again.
       if (pending.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
       else make_room(pending);
       return;
     }
     if (pending.size() >= kMaxPending) make_room(pending);
-    std::string address = auth::peer_address(fd.get());
-    pending.push_back({std::move(fd), net::deadline_in(std::min(timeout_, kHandshakeLimit)), false, std::move(address)});
+    Pending p;
+    p.address = auth::peer_address(fd.get());
+    p.fd = std::move(fd);
+    p.until = net::deadline_in(std::min(timeout_, kHandshakeLimit));
+    pending.push_back(std::move(p));
   }
 }
 
-// Drops a pending connection that has not sent a whole Hello: the oldest of the host
-// holding the most (admission.hpp); else the oldest.
+// Drops one connection that has not proved the key: one that has sent nothing yet if
+// there is one (a rank sends its Hello right after connecting), else one in its
+// handshake (a rank answers the challenge at once; a copy of a Hello seen on the wire
+// never does). Among those, the oldest of the host that holds the most (admission.hpp),
+// so a flood or a replayer on one host only ever pushes out its own connections.
 void Mesh::make_room(std::deque<Pending>& pending) {
-  std::vector<std::size_t> silent;
-  std::vector<std::string_view> hosts;
-  for (std::size_t i = 0; i < pending.size(); ++i)
-    if (readable(pending[i].fd.get()) < auth::kHelloBytes) {
-      silent.push_back(i);
-      hosts.push_back(admission::host_of(pending[i].address));
+  for (bool silent_only : {true, false}) {
+    std::vector<std::size_t> candidates;
+    std::vector<std::string_view> hosts;
+    for (std::size_t i = 0; i < pending.size(); ++i) {
+      const Pending& p = pending[i];
+      const bool silent = !p.handshake && p.in.empty() && readable(p.fd.get()) == 0;
+      if (p.proven || (silent_only && !silent)) continue;
+      candidates.push_back(i);
+      hosts.push_back(admission::host_of(p.address));
     }
-  auto v = admission::victim(hosts);
-  auto gone = pending.begin() + static_cast<long>(v ? silent[*v] : 0);
-  auth::log_refused(who(rank_) + "'s link listener", gone->address,
-                    "it sent no handshake while newer connections needed its place");
-  pending.erase(gone);
+    auto v = admission::victim(hosts);
+    if (!v) continue;
+    auto gone = pending.begin() + static_cast<long>(candidates[*v]);
+    auth::log_refused(who(rank_) + "'s link listener", gone->address,
+                      silent_only ? "it sent no handshake while newer connections needed its place"
+                                  : "it did not finish its handshake while newer connections needed its place");
+    pending.erase(gone);
+    return;
+  }
+  pending.pop_front();  // all proven (abort notices arriving): the oldest
 }
 
-// A connection whose Hello has arrived gets a handler thread, while fewer than
-// kMaxHandshakes run; one that hung up or outlived the handshake deadline is dropped.
-void Mesh::start_handshakes(std::deque<Pending>& pending) {
+// Drops connections past their deadline (a whole handshake, or an abort notice).
+void Mesh::expire(std::deque<Pending>& pending) {
   const auto now = net::Clock::now();
-  for (auto it = pending.begin(); it != pending.end();) {
-    const std::size_t ready = readable(it->fd.get());
-    if (ready < auth::kHelloBytes && (it->hung_up || now >= it->until)) {
-      auth::log_refused(who(rank_) + "'s link listener", it->address,
-                        it->hung_up ? "it hung up before its handshake" : "it sent no handshake in time");
-      it = pending.erase(it);
-      continue;
+  std::erase_if(pending, [&](const Pending& p) {
+    if (now < p.until) return false;
+    auth::log_refused(who(rank_) + "'s link listener", p.address,
+                      p.proven ? "its abort notice did not arrive in time" : "it did not finish its handshake in time");
+    return true;
+  });
+}
+
+std::size_t Mesh::wanted(const Pending& p) const {
+  std::size_t step = auth::kHelloBytes;
+  if (p.proven) step = p.has_length ? p.abort_length : 4;
+  else if (p.handshake) step = auth::kFinishBytes;
+  return step - std::min(step, p.in.size());
+}
+
+bool Mesh::feed(Pending& p) {
+  try {
+    char buf[kMaxAbortText];
+    const std::size_t want = wanted(p);
+    if (want > 0) {
+      const ssize_t n = recv(p.fd.get(), buf, std::min(want, sizeof buf), MSG_DONTWAIT);
+      if (n == 0) throw auth::Refused(p.proven ? "it hung up during its abort notice" : "it hung up before its handshake ended");
+      if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return true;
+        throw auth::Refused(std::string("reading from it failed: ") + std::strerror(errno));
+      }
+      p.in.append(buf, static_cast<std::size_t>(n));
+      if (static_cast<std::size_t>(n) < want) return true;
     }
-    if (ready < auth::kHelloBytes) {
-      ++it;
-      continue;
-    }
-    std::lock_guard lock(handlers_mu_);
-    if (handlers_.size() >= kMaxHandshakes) return;  // the rest wait for a free handler
-    auto h = std::make_unique<Handler>();
-    Handler* raw = h.get();
-    raw->fd = it->fd.get();
-    raw->thread = std::thread([this, raw, f = it->fd.release()] {
-      net::Fd owned(f);
-      serve_incoming(owned);
-      std::lock_guard l(handlers_mu_);
-      raw->fd = -1;  // before owned closes: the destructor never shuts down a reused number
-    });
-    handlers_.push_back(std::move(h));
-    it = pending.erase(it);
+    return on_step(p);
+  } catch (const Error& e) {  // Refused, or a socket error: nothing it sent reaches the job
+    auth::log_refused(who(rank_) + "'s link listener", p.address, e.what());
+    return false;
   }
 }
 
-// The handshake, then what the peer came for. A connection that fails is dropped and
-// logged (rate-limited, with its address); nothing it sent reaches the job.
-void Mesh::serve_incoming(net::Fd& fd) {
-  const std::string address = auth::peer_address(fd.get());
-  const std::string what = "a connecting peer at " + address;
-  auth::Claim claim;
-  auth::LinkKeys keys{};
-  std::string text;
-  try {
-    auto d = net::deadline_in(std::min(timeout_, kHandshakeLimit));
-    if (auth_) {
-      auto a = auth::accept_handshake(fd.get(), *auth_, rank_, size(), mesh_kind, d, what);
-      claim = a.claim;
-      keys = a.keys;
-    } else {
-      claim = auth::recv_claim(fd.get(), size(), d, what);
-      if (!mesh_kind(claim.kind) || claim.server_rank != rank_) throw auth::Refused("not a connection for this rank");
-    }
-    // Links are opened by the lower rank (link()), so a higher one never offers one.
-    if (claim.client_rank < 0 || claim.client_rank == rank_ || (claim.kind == auth::Kind::link && claim.client_rank > rank_))
-      throw auth::Refused("it claims rank " + std::to_string(claim.client_rank) + " for a " + auth::name_of(claim.kind) +
-                          " connection to rank " + std::to_string(rank_));
-    if (claim.kind == auth::Kind::abort) {
-      std::uint32_t len = 0;
-      net::recv_all(fd.get(), &len, 4, d, what);
-      if (len > kMaxAbortText)
-        throw auth::Refused("its abort notice claims " + std::to_string(len) + " bytes (at most " +
-                            std::to_string(kMaxAbortText) + ")");
-      text.resize(len);
-      net::recv_all(fd.get(), text.data(), len, d, what);
-    }
-  } catch (const Error& e) {  // Refused, or a stranger that went silent or hung up
-    auth::log_refused(who(rank_) + "'s link listener", address, e.what());
-    return;
+// One whole step is in p.in: the Hello (or the bare claim), the Finish, or an abort
+// notice's length or text. True while more is to come.
+bool Mesh::on_step(Pending& p) {
+  if (!p.proven && !p.handshake) return on_hello(p);
+  if (!p.proven) {
+    p.handshake->on_finish(reinterpret_cast<const unsigned char*>(p.in.data()));
+    const char ack = 1;
+    send_now(p.fd.get(), &ack, 1);
+    p.keys = p.handshake->keys();
+    p.handshake.reset();
+    p.in.clear();
+    p.proven = true;
+    return deliver(p);
   }
-  if (claim.kind == auth::Kind::ping) {  // liveness probe from a rank deciding whom to blame
+  if (!p.has_length) {  // an abort notice: its length, then its text
+    std::memcpy(&p.abort_length, p.in.data(), 4);
+    if (p.abort_length > kMaxAbortText)
+      throw auth::Refused("its abort notice claims " + std::to_string(p.abort_length) + " bytes (at most " +
+                          std::to_string(kMaxAbortText) + ")");
+    p.has_length = true;
+    p.in.clear();
+    if (p.abort_length > 0) return true;
+  }
+  record_abort(p.in);
+  return false;
+}
+
+bool Mesh::on_hello(Pending& p) {
+  const auto* hello = reinterpret_cast<const unsigned char*>(p.in.data());
+  std::array<unsigned char, auth::kReplyBytes> reply{};
+  if (auth_) {
+    p.handshake = std::make_unique<auth::ServerSide>(*auth_, rank_, mesh_kind);
+    reply = p.handshake->on_hello(hello, size());
+    p.claim = p.handshake->claim();
+  } else {
+    p.claim = auth::parse_claim(hello, size());
+    if (!mesh_kind(p.claim.kind) || p.claim.server_rank != rank_) throw auth::Refused("not a connection for this rank");
+  }
+  const auth::Claim& c = p.claim;
+  // Links are opened by the lower rank (link()), so a higher one never offers one.
+  if (c.client_rank < 0 || c.client_rank == rank_ || (c.kind == auth::Kind::link && c.client_rank > rank_))
+    throw auth::Refused("it claims rank " + std::to_string(c.client_rank) + " for a " + auth::name_of(c.kind) +
+                        " connection to rank " + std::to_string(rank_));
+  p.in.clear();
+  if (!auth_) {  // Transit::off: the claim is all there is
+    p.proven = true;
+    return deliver(p);
+  }
+  send_now(p.fd.get(), reply.data(), reply.size());
+  return true;
+}
+
+bool Mesh::deliver(Pending& p) {
+  if (p.claim.kind == auth::Kind::abort) return true;  // its notice follows
+  if (p.claim.kind == auth::Kind::ping) {  // liveness probe from a rank deciding whom to blame
     const char pong = 1;
-    if (::send(fd.get(), &pong, 1, MSG_NOSIGNAL) < 0) {}
-    return;
+    if (::send(p.fd.get(), &pong, 1, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {}
+    return false;
   }
+  net::tune_stream(p.fd.get());
   std::lock_guard lock(mu_);
-  if (claim.kind == auth::Kind::link) {
-    net::tune_stream(fd.get());
-    links_[{claim.client_rank, claim.channel}] = std::move(fd);
-    link_keys_[{claim.client_rank, claim.channel}] = std::make_unique<auth::LinkKeys>(keys);
-  } else if (claim.kind == auth::Kind::abort && !aborted_) {
+  links_[{p.claim.client_rank, p.claim.channel}] = std::move(p.fd);
+  link_keys_[{p.claim.client_rank, p.claim.channel}] = std::make_unique<auth::LinkKeys>(p.keys);
+  cv_.notify_all();
+  return false;
+}
+
+void Mesh::record_abort(const std::string& text) {
+  std::lock_guard lock(mu_);
+  if (!aborted_) {
     abort_reason_ = text;
     aborted_.store(true, std::memory_order_release);
     std::uint64_t one = 1;

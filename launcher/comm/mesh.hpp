@@ -36,8 +36,10 @@ struct PeerInfo {
 
 // Every connection (link, abort notice, ping) runs the job-key handshake (auth.hpp)
 // before any other byte is believed; one that fails is dropped and logged, and the job
-// goes on. The listener hands each accepted connection to a short-lived thread, so a
-// silent or slow stranger holds up nobody.
+// goes on. The listener thread drives every handshake itself, step by step as bytes
+// arrive (no thread per connection), so a stranger who stalls, silent or after a replayed
+// Hello, holds one place in a bounded table and nothing else; a full table drops the
+// oldest unproven connection of the host that holds the most (admission.hpp).
 class Mesh {
  public:
   // auth: the job key and scope; std::nullopt for Transit::off (no handshake at all).
@@ -78,21 +80,35 @@ class Mesh {
   void check_abort(const std::string& during) const;
 
  private:
-  // An accepted connection whose Hello has not arrived yet (it has no thread).
+  // An accepted connection that has not proved the job key yet, or, once it has, whose
+  // abort notice is still arriving. listen_loop reads exactly the bytes of its current
+  // step (wanted()) and advances it (on_step()); it costs a descriptor and this entry.
   struct Pending {
     net::Fd fd;
-    net::Deadline until;
-    bool hung_up = false;
+    net::Deadline until;  // the whole exchange: handshake and abort text
     std::string address;  // auth::peer_address at accept, for logs and make_room's fairness
+    std::string in;       // the bytes of the step under way
+    std::unique_ptr<auth::ServerSide> handshake;  // its Hello passed: it owes the Finish
+    bool proven = false;                          // the claim is believed
+    bool has_length = false;                      // an abort notice's length arrived
+    std::uint32_t abort_length = 0;
+    auth::Claim claim;
+    auth::LinkKeys keys{};
   };
   void listen_loop();
   void accept_pending(std::deque<Pending>& pending);
-  void start_handshakes(std::deque<Pending>& pending);
   void make_room(std::deque<Pending>& pending);
-  void serve_incoming(net::Fd& fd);  // one accepted connection, on its own thread
+  void expire(std::deque<Pending>& pending);
+  // Reads what p's step still lacks and advances it; false: p is done (handed over,
+  // answered or dropped).
+  bool feed(Pending& p);
+  std::size_t wanted(const Pending& p) const;
+  bool on_step(Pending& p);      // p.in holds the whole step; throws to drop p
+  bool on_hello(Pending& p);     // the claim (and under a key, the challenge sent)
+  bool deliver(Pending& p);      // a proven connection: link, ping or abort notice
+  void record_abort(const std::string& text);
   // Client half of a connection to peer: connect, handshake, claim kind on channel.
   net::Fd open_to(int peer, auth::Kind kind, int channel, net::Deadline d, auth::LinkKeys* keys) const;
-  void reap_handlers(bool all);
   void notify_all(const std::string& reason);
   // Whether peer's listener answers within the deadline (its process runs).
   bool answers_ping(int peer, std::chrono::milliseconds within) const;
@@ -109,12 +125,6 @@ class Mesh {
   std::map<std::pair<int, int>, net::Fd> links_;
   std::map<std::pair<int, int>, std::unique_ptr<auth::LinkKeys>> link_keys_;  // stable addresses
   std::optional<auth::Context> auth_;
-  struct Handler {
-    std::thread thread;
-    int fd = -1;  // while its handshake runs (shut down to end it early); -1 when done
-  };
-  std::mutex handlers_mu_;
-  std::vector<std::unique_ptr<Handler>> handlers_;
   std::string abort_reason_;
   bool notified_ = false;
   std::thread listener_thread_;

@@ -330,33 +330,40 @@ struct TcpStoreServer::Impl {
     }
     return true;
   }
-  // Drops a stranger that has sent nothing (a rank sends its Hello right after
-  // connecting, so a silent one is not a rank): the oldest of the host holding the most
-  // (admission.hpp); false when there is none.
+  // Drops a connection that has not proved the key: one that has sent nothing if there
+  // is one (a rank sends its Hello right after connecting), else one in its handshake (a
+  // rank answers the challenge at once; a copy of a Hello seen on the wire never does:
+  // issue 28). Among those, the oldest of the host holding the most (admission.hpp).
+  // False when every connection has proved the key.
   bool make_room(std::vector<std::unique_ptr<Client>>& clients) {
-    std::vector<Client*> silent;
-    std::vector<std::string_view> hosts;
-    for (auto& x : clients) {
-      if (!x->fd || x->authenticated || x->handshake || !x->in.empty()) continue;
-      int n = 0;
-      if (ioctl(x->fd.get(), FIONREAD, &n) == 0 && n > 0) continue;
-      silent.push_back(x.get());
-      hosts.push_back(admission::host_of(x->address));
+    for (bool silent_only : {true, false}) {
+      std::vector<Client*> candidates;
+      std::vector<std::string_view> hosts;
+      for (auto& x : clients) {
+        if (!x->fd || x->authenticated) continue;
+        int n = 0;
+        const bool silent = !x->handshake && x->in.empty() && !(ioctl(x->fd.get(), FIONREAD, &n) == 0 && n > 0);
+        if (silent_only && !silent) continue;
+        candidates.push_back(x.get());
+        hosts.push_back(admission::host_of(x->address));
+      }
+      if (auto v = admission::victim(hosts)) {
+        drop(*candidates[*v], silent_only ? "it sent nothing while newer connections needed its place"
+                                          : "it did not finish its handshake while newer connections needed its place");
+        return true;
+      }
     }
-    auto v = admission::victim(hosts);
-    if (!v) return false;
-    drop(*silent[*v], "it sent nothing while newer connections needed its place");
-    return true;
+    return false;
   }
   // Takes what the kernel holds (the listener is non-blocking), so that a flood cannot
   // keep a full backlog in front of a rank's connection.
   void accept_all(std::vector<std::unique_ptr<Client>>& clients) {
     for (int taken = 0; taken < 1024 && accept_one(clients); ++taken) {}
   }
-  // A flood of silent strangers must neither exhaust the process's descriptors nor keep
-  // a rank out (issue 28): each holds one for at most kHandshakeLimit, at most
-  // max_strangers at once, and a full table makes room by dropping its oldest silent
-  // member rather than the newcomer. False when nothing more can be accepted now.
+  // A flood of silent strangers, or of copies of a Hello seen on the wire, must neither
+  // exhaust the process's descriptors nor keep a rank out (issue 28): each holds one for
+  // at most kHandshakeLimit, at most max_strangers at once, and a full table makes room
+  // by dropping an unproven member (make_room) rather than the newcomer. False when nothing more can be accepted now.
   bool accept_one(std::vector<std::unique_ptr<Client>>& clients) {
     net::Fd fd(accept4(listen.get(), nullptr, nullptr, SOCK_CLOEXEC));
     if (!fd) {

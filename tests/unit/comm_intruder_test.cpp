@@ -323,7 +323,7 @@ TEST_CASE("fusion: forged negotiation lengths and tensor sizes are refused, nami
 #endif
 
 #ifndef SAKER_TEST_OLD_API
-// A stranger that connects and says nothing holds a handshake thread until
+// A stranger that connects and says nothing holds a place in the listener's table until
 // Mesh::kHandshakeLimit, not the listener: a rank's link opened meanwhile is accepted
 // while the stranger is still connected.
 TEST_CASE("mesh: a silent stranger on a listener holds up no link", "[comm][intruder]") {

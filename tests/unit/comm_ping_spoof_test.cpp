@@ -215,10 +215,11 @@ TEST_CASE("mesh: a stranger on a dead rank's port is not taken for that rank", "
 
 // The squatter also learns what a Hello to the dead rank carries. Were the key id in it
 // the same for every listener, it could send live rank 1 Hellos that pass the id check
-// and never finish: each holds one of rank 1's handshake threads for the handshake
-// deadline, and with them all held rank 0's ping to rank 1 goes unanswered, so rank 0
-// blames the live rank 1 instead of waiting for the real culprit's notice. The id is per
-// listener (auth.cpp, target_id), so rank 1 drops those Hellos at once.
+// and never finish: each held one of rank 1's handshake threads (as the listener then
+// ran them) for the handshake deadline, and with them all held rank 0's ping to rank 1
+// went unanswered, so rank 0 blamed the live rank 1 instead of waiting for the real
+// culprit's notice. The id is per listener (auth.cpp, target_id), so rank 1 drops those
+// Hellos at once. (Copies of a Hello meant for rank 1 itself: comm_replay_test.cpp.)
 TEST_CASE("mesh: what a dead rank's port hears does not get a live rank blamed", "[comm][intruder]") {
   auto loopback = test::loopback_peers(3);
   auto& peers = loopback.peers;
@@ -244,7 +245,7 @@ TEST_CASE("mesh: what a dead rank's port hears does not get a live rank blamed",
   }
   opener.join();
   REQUIRE(get_u32(hello, 12) == 2);
-  // Three times rank 1's handshake threads (Mesh: 64): pings to rank 1, fresh nonces.
+  // Three times the handshake threads rank 1 once had (64): pings to rank 1, fresh nonces.
   std::vector<net::Fd> held;
   hello[5] = static_cast<char>(auth::Kind::ping);
   set_u32(hello, 8, 0);
