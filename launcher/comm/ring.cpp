@@ -1,20 +1,13 @@
+// The ring's collectives: allreduce by its three algorithms (ring, direct, exchange; all
+// give the same bits) with the first call's agreement and calibration, allgather,
+// broadcast and barrier. The transfer loops they run on are in ring_transfer.cpp.
 #include "launcher/comm/ring.hpp"
 
-#include <poll.h>
-#include <sched.h>
-#include <sys/socket.h>
-
 #include <algorithm>
-#include <array>
-#include <atomic>
 #include <iterator>
-#include <memory>
-#include <thread>
-#include <cerrno>
 #include <cstring>
 
 #include "common/error.hpp"
-#include "launcher/comm/aead.hpp"
 #include "launcher/comm/reduce.hpp"
 
 namespace saker::comm {
@@ -38,90 +31,6 @@ std::vector<std::size_t> Ring::even_split(std::size_t count, int parts) {
 
 namespace {
 
-// Sends a large buffer on its own thread while the caller receives and reduces, so
-// that one rank keeps both the kernel's send path (copy + loopback/NIC stack) and
-// its receive path busy at once instead of alternating between them in one loop.
-// Stop and failure are flags; the owner reports failures (Mesh::fail throws). With tx
-// (Transit::encrypt) it seals each frame on this thread, started by the caller, while
-// the previous one is still on the wire.
-class SendThread {
- public:
-  SendThread(Mesh& mesh, int fd, const char* p, std::size_t len, aead::SealedSender* tx) : mesh_(mesh) {
-    thread_ = std::thread([this, fd, p, len, tx] {
-      try {
-        run(fd, p, len, tx);
-      } catch (const std::exception& e) {  // sealing failed (exhausted sequence, EVP)
-        set_error(e.what());
-      }
-    });
-  }
-  // Unwinding (the receive side failed): stop sending, then join.
-  ~SendThread() {
-    stop_.store(true, std::memory_order_relaxed);
-    join();
-  }
-  // Waits until everything is sent or sending failed; returns "" or why it failed.
-  std::string join() {
-    if (thread_.joinable()) thread_.join();
-    return error_;
-  }
-  bool failed() const { return failed_.load(std::memory_order_acquire); }
-  // Bytes handed to the kernel so far: the receive loop counts these as progress
-  // (a rank still accepting our data is alive), as the single-loop path does.
-  std::size_t sent() const { return sent_.load(std::memory_order_relaxed); }
-
- private:
-  void run(int fd, const char* p, std::size_t len, aead::SealedSender* tx) {
-    std::size_t sent = 0;
-    auto deadline = net::deadline_in(mesh_.timeout());
-    while (tx ? !tx->done() : sent < len) {
-      ssize_t k = tx ? tx->pump(fd, len) : ::send(fd, p + sent, len - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (k > 0) {
-        sent += static_cast<std::size_t>(k);
-        sent_.store(sent, std::memory_order_relaxed);
-        deadline = net::deadline_in(mesh_.timeout());
-        continue;
-      }
-      if (k < 0 && errno != EAGAIN && errno != EINTR) return set_error(std::string("sending failed: ") + std::strerror(errno));
-      if (stop_.load(std::memory_order_relaxed) || mesh_.aborted()) return set_error("sending stopped");
-      if (net::Clock::now() >= deadline) return set_error("timeout");
-      pollfd pf{fd, POLLOUT, 0};
-      poll(&pf, 1, net::poll_ms(deadline));
-    }
-  }
-  void set_error(std::string e) {
-    error_ = std::move(e);
-    failed_.store(true, std::memory_order_release);
-  }
-
-  Mesh& mesh_;
-  std::thread thread_;
-  std::atomic<bool> stop_{false}, failed_{false};
-  std::atomic<std::size_t> sent_{0};
-  std::string error_;
-};
-
-// Opens what has arrived on a sealed direction. A frame that fails its tag ends the
-// collective on every rank at once, naming the link: this rank knows what happened, so
-// it neither pings the sender nor waits for anyone's notice.
-ssize_t open_arrived(Mesh& mesh, aead::SealedReceiver& rx, int fd, const std::function<void(std::size_t, std::size_t)>& on_frame,
-                     const char* during) {
-  try {
-    return rx.pump(fd, on_frame);
-  } catch (const aead::Tampered& e) {
-    std::string what = e.what();
-    if (what.rfind("saker: ", 0) == 0) what.erase(0, 7);
-    mesh.fail_here(during, what);
-  }
-}
-
-// Below this a thread start costs more than the overlap gains.
-constexpr std::size_t kThreadedSendBytes = 1u << 20;
-// Exchanges up to LinkPlan::busy_poll_bytes busy-poll (yielding the core between
-// tries) this long before they sleep in poll(): a blocking cross-core wake-up costs
-// ~50 us on these VMs, which would dominate a 4 KiB allreduce. Large ones are CPU-bound
-// over loopback, so they leave the core to the kernel's copies instead.
-constexpr auto kBusyPoll = std::chrono::microseconds(200);
 // Sizes the calibration times, and how often each (the median counts).
 constexpr std::size_t kCalibrationSizes[] = {4096, 16384, 65536, 262144, 1u << 20};
 constexpr int kCalibrationReps = 5;
@@ -130,133 +39,6 @@ constexpr std::size_t kExchangeHeld = 8u << 20;
 bool exchange_fits(int n, std::size_t bytes) { return static_cast<std::size_t>(n - 1) * bytes <= kExchangeHeld; }
 
 }  // namespace
-
-bool Ring::send_thread_for(Phase phase, std::size_t step_bytes) {
-  if (size() < 2 || step_bytes < kThreadedSendBytes) return false;
-  if (plan_.send_thread >= 0) return plan_.send_thread == 1;
-  TimedChoice& choice = send_thread_[phase];
-  if (choice.agreement_due(step_bytes)) {
-    // The slowest member's figure for each way decides, so every member picks the
-    // same. 16 bytes: this allreduce is far below kThreadedSendBytes and asks nothing.
-    std::array<double, 2> pooled = choice.figures(step_bytes);
-    allreduce_ring(reinterpret_cast<char*>(pooled.data()), even_split(pooled.size(), size()), DataType::f64, ReduceOp::max);
-    choice.agree(step_bytes, pooled[1] < pooled[0]);
-  }
-  return choice.second(step_bytes);
-}
-
-void Ring::record_phase(Phase phase, std::size_t step_bytes, bool threaded, net::Clock::time_point started) {
-  if (size() < 2 || step_bytes < kThreadedSendBytes || plan_.send_thread >= 0) return;
-  send_thread_[phase].record(step_bytes, threaded, std::chrono::duration<double>(net::Clock::now() - started).count());
-}
-
-void Ring::exchange(const void* sbuf, std::size_t slen, void* rbuf, std::size_t rlen, std::size_t elem,
-                    const std::function<void(std::size_t, std::size_t)>& on_chunk, bool forward,
-                    const char* during, bool threaded, bool staged) {
-  int n = size();
-  int next = members_[static_cast<std::size_t>((index_ + 1) % n)];
-  int prev = members_[static_cast<std::size_t>((index_ + n - 1) % n)];
-  // Each direction on its own socket (two ranks are each other's next and prev), so
-  // that our send thread and our receive loop never wait on one socket's lock.
-  const int sch = channel_between(index_, (index_ + 1) % n), rch = channel_between((index_ + n - 1) % n, index_);
-  int sfd = slen > 0 ? mesh_.link(next, sch) : -1;
-  int rfd = rlen > 0 ? mesh_.link(prev, rch) : -1;
-  const char* sp = static_cast<const char*>(sbuf);
-  char* rp = static_cast<char*>(rbuf);
-  std::size_t sent = 0, got = 0, reduced = 0;
-  // Chunks hold whole elements so that a chunk can be reduced on its own.
-  std::size_t chunk = std::max(elem, chunk_ / elem * elem);
-  // Transit::encrypt: every chunk travels as one sealed frame, and a frame is opened
-  // (and reduced, staged) as soon as it has fully arrived; sent counts wire bytes then.
-  aead::SealedSender* tx = ciphers_ && slen > 0 ? &ciphers_->sender(next, sch) : nullptr;
-  aead::SealedReceiver* rx = ciphers_ && rlen > 0 ? &ciphers_->receiver(prev, rch) : nullptr;
-  if (tx) tx->start(sp, slen, chunk);
-  if (rx) rx->start(rp, rlen, staged ? chunk : aead::kMaxFrame, elem, staged);
-  aead::Drain drain(tx, rx);  // after the send thread has stopped: no helper left on our buffers
-  std::unique_ptr<SendThread> sender;
-  if (threaded && !forward && slen > 0 && rlen > 0) {
-    sender = std::make_unique<SendThread>(mesh_, sfd, sp, slen, tx);
-    sent = slen;  // the thread owns the send side from here
-  }
-  auto sending = [&] { return tx ? !sender && !tx->done() : sent < slen; };
-  auto sender_failed = [&] {
-    std::string why = sender->join();
-    if (mesh_.aborted()) mesh_.check_abort(during);
-    if (why == "timeout")
-      mesh_.fail(during, next, mesh_.who(next) + " did not answer within " + std::to_string(mesh_.timeout().count()) +
-                             " ms (hung, stopped or unreachable; raise SAKER_COMM_TIMEOUT if it is only slow)");
-    mesh_.fail(during, next, mesh_.who(next) + " failed while we were sending: " + why + " (it exited or was killed)");
-  };
-  std::size_t sender_seen = 0;
-  auto deadline = net::deadline_in(mesh_.timeout());
-  const bool busy_poll = slen + rlen <= plan_.busy_poll_bytes;
-  net::Clock::time_point idle_since{};
-  while (sending() || got < rlen) {
-    bool progress = false;
-    std::size_t send_limit = forward ? std::min(got, slen) : slen;
-    if (tx ? sending() : sent < send_limit) {
-      ssize_t k = tx ? tx->pump(sfd, send_limit)
-                     : ::send(sfd, sp + sent, std::min(send_limit - sent, chunk), MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (k > 0) { sent += static_cast<std::size_t>(k); progress = true; }
-      else if (k < 0 && errno != EAGAIN && errno != EINTR)
-        mesh_.fail(during, next, mesh_.who(next) + " failed while we were sending: " + std::strerror(errno) +
-                               " (it exited or was killed)");
-    }
-    if (got < rlen) {
-      std::size_t in_chunk = got % chunk;
-      ssize_t k = rx       ? open_arrived(mesh_, *rx, rfd, on_chunk, during)
-                  : staged ? ::recv(rfd, rp + in_chunk, std::min(rlen - got, chunk - in_chunk), MSG_DONTWAIT)
-                           : ::recv(rfd, rp + got, std::min(rlen - got, chunk), MSG_DONTWAIT);
-      if (k > 0) { got = rx ? rx->got() : got + static_cast<std::size_t>(k); progress = true; }
-      else if (k == 0)
-        mesh_.fail(during, prev, mesh_.who(prev) + " closed the connection while we were receiving (it exited or was killed)");
-      else if (errno != EAGAIN && errno != EINTR)
-        mesh_.fail(during, prev, mesh_.who(prev) + " failed while we were receiving: " + std::strerror(errno));
-      // Reduce every whole chunk that has arrived while later ones are in flight (the
-      // receiver does so for sealed frames, once each has been opened).
-      std::size_t ready = got == rlen ? got : got / chunk * chunk;
-      if (!rx && on_chunk && ready > reduced) {
-        on_chunk(reduced, ready - reduced);
-        reduced = ready;
-      }
-    }
-    if (sender && sender->failed()) sender_failed();
-    if (progress) {
-      deadline = net::deadline_in(mesh_.timeout());
-      idle_since = {};
-      continue;
-    }
-    if (busy_poll) {
-      auto now = net::Clock::now();
-      if (idle_since == net::Clock::time_point{}) idle_since = now;
-      if (now - idle_since < kBusyPoll) {
-        mesh_.check_abort(during);
-        sched_yield();
-        continue;
-      }
-    }
-    if (sender && sender->sent() != sender_seen) {
-      sender_seen = sender->sent();
-      deadline = net::deadline_in(mesh_.timeout());
-    }
-    pollfd fds[3];
-    int nf = 0;
-    if (tx ? !sender && tx->can_send(send_limit) : sent < send_limit) fds[nf++] = {sfd, POLLOUT, 0};
-    if (got < rlen) fds[nf++] = {rfd, POLLIN, 0};
-    fds[nf++] = {mesh_.abort_fd(), POLLIN, 0};
-    poll(fds, static_cast<nfds_t>(nf), net::poll_ms(deadline));
-    mesh_.check_abort(during);
-    if (net::Clock::now() >= deadline) {
-      int culprit = got < rlen ? prev : next;
-      mesh_.fail(during, culprit, mesh_.who(culprit) + " did not answer within " + std::to_string(mesh_.timeout().count()) +
-                             " ms (hung, stopped or unreachable; raise SAKER_COMM_TIMEOUT if it is only slow)");
-    }
-  }
-  if (sender) {
-    // Received everything; the rest of our send is in the kernel or about to be.
-    if (sender->failed() || !sender->join().empty()) sender_failed();
-  }
-}
 
 void Ring::allreduce(void* data, std::size_t count, DataType type, ReduceOp op, std::vector<std::size_t> seg) {
   int n = size();
@@ -378,77 +160,6 @@ void Ring::allreduce_exchange(char* base, const std::vector<std::size_t>& seg, D
       acc = t;
     }
     if (acc != base + first * es) std::memcpy(base + first * es, acc, count * es);
-  }
-}
-
-void Ring::exchange_all(std::vector<Transfer>& xs, const char* during) {
-  std::vector<int> sfds, rfds;
-  std::vector<aead::Drain> drains(xs.size());  // however this ends, no helper is left on our buffers
-  for (Transfer& x : xs) {
-    const int sch = channel_between(index_, x.index), rch = channel_between(x.index, index_);
-    sfds.push_back(x.slen > 0 ? mesh_.link(x.peer, sch) : -1);
-    rfds.push_back(x.rlen > 0 ? mesh_.link(x.peer, rch) : -1);
-    // Transit::encrypt: sealed frames of up to a chunk; sent counts wire bytes then.
-    if (ciphers_ && x.slen > 0) (x.tx = &ciphers_->sender(x.peer, sch))->start(x.send, x.slen, chunk_);
-    if (ciphers_ && x.rlen > 0) (x.rx = &ciphers_->receiver(x.peer, rch))->start(x.recv, x.rlen, aead::kMaxFrame, 1, false);
-    drains[sfds.size() - 1].tx = x.tx;
-    drains[sfds.size() - 1].rx = x.rx;
-  }
-  auto sending = [](const Transfer& x) { return x.tx ? !x.tx->done() : x.sent < x.slen; };
-  std::size_t total = 0;
-  for (const Transfer& x : xs) total += x.slen + x.rlen;
-  const bool busy_poll = total <= plan_.busy_poll_bytes;
-  auto deadline = net::deadline_in(mesh_.timeout());
-  net::Clock::time_point idle_since{};
-  std::vector<pollfd> pfds;
-  while (true) {
-    bool progress = false, done = true;
-    for (std::size_t i = 0; i < xs.size(); ++i) {
-      Transfer& x = xs[i];
-      if (sending(x)) {
-        ssize_t k = x.tx ? x.tx->pump(sfds[i], x.slen) : ::send(sfds[i], x.send + x.sent, x.slen - x.sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (k > 0) { x.sent += static_cast<std::size_t>(k); progress = true; }
-        else if (k < 0 && errno != EAGAIN && errno != EINTR)
-          mesh_.fail(during, x.peer, mesh_.who(x.peer) + " failed while we were sending: " + std::strerror(errno) +
-                                       " (it exited or was killed)");
-      }
-      if (x.got < x.rlen) {
-        ssize_t k = x.rx ? open_arrived(mesh_, *x.rx, rfds[i], nullptr, during) : ::recv(rfds[i], x.recv + x.got, x.rlen - x.got, MSG_DONTWAIT);
-        if (k > 0) { x.got = x.rx ? x.rx->got() : x.got + static_cast<std::size_t>(k); progress = true; }
-        else if (k == 0)
-          mesh_.fail(during, x.peer, mesh_.who(x.peer) + " closed the connection while we were receiving (it exited or was killed)");
-        else if (errno != EAGAIN && errno != EINTR)
-          mesh_.fail(during, x.peer, mesh_.who(x.peer) + " failed while we were receiving: " + std::strerror(errno));
-      }
-      done = done && !sending(x) && x.got == x.rlen;
-    }
-    if (done) return;
-    if (progress) {
-      deadline = net::deadline_in(mesh_.timeout());
-      idle_since = {};
-      continue;
-    }
-    auto now = net::Clock::now();
-    if (idle_since == net::Clock::time_point{}) idle_since = now;
-    if (busy_poll && now - idle_since < kBusyPoll) {
-      mesh_.check_abort(during);
-      sched_yield();
-      continue;
-    }
-    pfds.clear();
-    for (std::size_t i = 0; i < xs.size(); ++i) {
-      if (sending(xs[i])) pfds.push_back({sfds[i], POLLOUT, 0});
-      if (xs[i].got < xs[i].rlen) pfds.push_back({rfds[i], POLLIN, 0});
-    }
-    pfds.push_back({mesh_.abort_fd(), POLLIN, 0});
-    poll(pfds.data(), static_cast<nfds_t>(pfds.size()), net::poll_ms(deadline));
-    mesh_.check_abort(during);
-    if (net::Clock::now() >= deadline) {
-      for (const Transfer& x : xs)
-        if (x.got < x.rlen || sending(x))
-          mesh_.fail(during, x.peer, mesh_.who(x.peer) + " did not answer within " + std::to_string(mesh_.timeout().count()) +
-                                       " ms (hung, stopped or unreachable; raise SAKER_COMM_TIMEOUT if it is only slow)");
-    }
   }
 }
 
