@@ -168,7 +168,7 @@ class Replayer {
   std::thread thread_;
 };
 
-// More copies than rank 1 has handshake threads (64) or places for unproven connections (256).
+// More copies than rank 1 had handshake threads (64), or has places for unproven connections (256).
 constexpr int kCopies = 600;
 
 // Rank 0 reaches rank 1 through a tap; its first link's Hello is captured, then replayed
