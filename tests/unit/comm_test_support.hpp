@@ -2,6 +2,7 @@
 // thread-safe, so ranks record failures and the test thread checks them.
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -28,6 +29,14 @@ struct Failures {
 
 // A fixed job key for tests (32 bytes): every rank of a test proves it.
 inline std::string test_key() { return std::string(32, '\x5a'); }
+
+// "same", or where two results first differ (Catch would print megabytes of both).
+inline std::string difference(const std::vector<char>& got, const std::vector<char>& want) {
+  if (got == want) return "same";
+  if (got.size() != want.size()) return std::to_string(got.size()) + " bytes, not " + std::to_string(want.size());
+  auto at = std::mismatch(got.begin(), got.end(), want.begin()).first - got.begin();
+  return "byte " + std::to_string(at) + " differs";
+}
 
 inline Options quick_options() {
   Options o;
