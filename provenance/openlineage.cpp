@@ -83,10 +83,18 @@ void inputs(json::Writer& w, const StepEvent& e) {
 void outputs(json::Writer& w, const StepEvent& e) {
   w.key("outputs").begin_array();
   for (const Output& o : e.outputs) {
-    w.begin_object().key("namespace").value("file").key("name").value(o.path).key("outputFacets").begin_object();
+    w.begin_object().key("namespace").value("file").key("name").value(o.path);
+    if (!o.sha256.empty()) {
+      // OpenLineage's own dataset version: what Marquez and DataHub key a dataset's versions by.
+      w.key("facets").begin_object();
+      facet_head(w, "version", kVersionFacetSchema);
+      w.key("datasetVersion").value("sha256:" + o.sha256).end_object().end_object();
+    }
+    w.key("outputFacets").begin_object();
     facet_head(w, "saker_checkpoint", kCheckpointFacetSchema);
-    w.key("size").value(o.size).key("modified").value(utc_iso(o.mtime_unix)).end_object();
-    w.end_object().end_object();
+    w.key("size").value(o.size).key("modified").value(utc_iso(o.mtime_unix));
+    if (!o.sha256.empty()) w.key("sha256").value(o.sha256);
+    w.end_object().end_object().end_object();
   }
   w.end_array();
 }

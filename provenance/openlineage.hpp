@@ -15,7 +15,12 @@
 //    "saker_dataset" facet with the admitting policy's revision;
 //  - outputs (end events only): the checkpoints the step left in its checkpoint directory
 //    (openlineage_outputs.hpp says how they are found, and why only at the end), as
-//    OpenLineage names local files: namespace "file", name the absolute path;
+//    OpenLineage names local files: namespace "file", name the absolute path; each with
+//    the SHA-256 of its main file when the step's end could read it within its bounds:
+//    OpenLineage's version facet ("version", datasetVersion "sha256:HEX", what a lineage
+//    server keys a dataset's versions by) and the "saker_checkpoint" facet's "sha256"
+//    (the same 64 digits as the subject of saker-ckpt provenance's in-toto statement and
+//    the parent digests of its children);
 //  - a custom run facet "saker_slurm": job, step and array ids, user, account, partition,
 //    zone, nodes, the reporting node and the audit-log head; on FAIL, OpenLineage's
 //    errorMessage facet.
@@ -38,6 +43,7 @@ struct Output {
   std::string path;  // absolute
   std::uint64_t size = 0;
   std::int64_t mtime_unix = 0;
+  std::string sha256;  // of its bytes, 64 hex digits ("" when not read: StepEvent::outputs_note says why)
   bool operator==(const Output&) const = default;
 };
 

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstring>
 #include <ctime>
+#include <optional>
 
 namespace saker::provenance::openlineage {
 namespace {
@@ -62,7 +63,7 @@ void walk(Walk& w, int dfd, const std::string& rel, bool descend) {
         break;
       }
       w.out.outputs.push_back({w.dir + "/" + rel + name, static_cast<std::uint64_t>(st.st_size),
-                               static_cast<std::int64_t>(st.st_mtime)});
+                               static_cast<std::int64_t>(st.st_mtime), ""});
     }
   }
   ::closedir(d);
@@ -79,16 +80,36 @@ bool write_all(int fd, const std::string& s) {
   return true;
 }
 
-// The child's side: drop to the job's user, list, report, exit. Never returns.
-[[noreturn]] void child_list(int out, const std::string& dir, uid_t uid, gid_t gid, const std::function<Listing()>& list) {
+// The child's side: drop to the job's user, list, report, hash, report, exit. Never returns.
+[[noreturn]] void child_list(int out, const std::string& dir, uid_t uid, gid_t gid, const std::function<Listing()>& list,
+                             const HashStep& hash) {
   if (::geteuid() == 0 && (::setgroups(1, &gid) != 0 || ::setresgid(gid, gid, gid) != 0 || ::setresuid(uid, uid, uid) != 0))
     ::_exit(2);
   if (::geteuid() != uid) ::_exit(2);
   try {
-    ::_exit(write_all(out, encode_listing(list(), dir)) ? 0 : 3);
+    Listing l = list();
+    // The listing first: a read that hangs below must not cost slurmstepd the list.
+    if (!write_all(out, encode_listing(l, dir))) ::_exit(3);
+    if (hash) {
+      const std::string note = hash(l);
+      if (!write_all(out, encode_digests(l, dir, note))) ::_exit(3);
+    }
+    ::_exit(0);
   } catch (...) {
     ::_exit(3);
   }
+}
+
+bool has_line(const std::string& text, const std::string& line) {
+  return text.rfind(line + "\n", 0) == 0 || text.find("\n" + line + "\n") != std::string::npos;
+}
+
+std::string base_of(const std::string& dir) { return dir.size() > 1 && dir.back() == '/' ? dir.substr(0, dir.size() - 1) : dir; }
+
+std::string join_notes(const std::string& a, const std::string& b) { return a.empty() ? b : b.empty() ? a : a + "; " + b; }
+
+bool is_hex64(std::string_view s) {
+  return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
 // Reads until EOF, the deadline or kMaxReport bytes. true on EOF.
@@ -135,11 +156,21 @@ Listing list_checkpoints(const std::string& dir, uid_t owner, std::int64_t since
   return w.out;
 }
 
-Listing list_checkpoints_as(const std::string& dir, uid_t uid, gid_t gid, std::int64_t since_ns, int timeout_ms) {
-  return list_in_child(dir, uid, gid, timeout_ms, [&] { return list_checkpoints(dir, uid, since_ns); });
+Listing list_checkpoints_as(const std::string& dir, uid_t uid, gid_t gid, std::int64_t since_ns, int timeout_ms,
+                            const HashLimits& hash) {
+  HashStep hasher;
+  if (hash.bytes > 0 && hash.ms > 0) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(hash.ms);  // from this call
+    hasher = [&dir, uid, hash, deadline](Listing& l) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      return hash_outputs(l.outputs, dir, uid, {hash.bytes, static_cast<int>(std::max<long long>(0, left.count()))});
+    };
+  }
+  return list_in_child(dir, uid, gid, timeout_ms, [&] { return list_checkpoints(dir, uid, since_ns); }, hasher);
 }
 
-Listing list_in_child(const std::string& dir, uid_t uid, gid_t gid, int timeout_ms, const std::function<Listing()>& list) {
+Listing list_in_child(const std::string& dir, uid_t uid, gid_t gid, int timeout_ms, const std::function<Listing()>& list,
+                      const HashStep& hash) {
   int p[2];
   if (::pipe2(p, O_CLOEXEC) != 0) return {{}, std::string("cannot list the checkpoints: pipe: ") + std::strerror(errno)};
   const pid_t child = ::fork();
@@ -150,9 +181,10 @@ Listing list_in_child(const std::string& dir, uid_t uid, gid_t gid, int timeout_
     // file system must not keep them open.
     const int devnull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
     for (int fd = 0; fd < 3 && devnull >= 0; ++fd) ::dup2(devnull, fd);
-    if (::dup2(p[1], 3) != 3) ::_exit(2);
+    if (::dup2(p[1], 3) != 3 || ::fcntl(3, F_SETFD, FD_CLOEXEC) != 0) ::_exit(2);  // not the hasher's
     ::syscall(SYS_close_range, 4u, ~0u, 0u);
-    child_list(3, dir, uid, gid, list);
+    ::signal(SIGCHLD, SIG_DFL);  // the hasher it spawns is reaped by waitpid, not by a handler of slurmstepd's
+    child_list(3, dir, uid, gid, list, hash);
   }
   ::close(p[1]);
   if (child < 0) {
@@ -165,51 +197,97 @@ Listing list_in_child(const std::string& dir, uid_t uid, gid_t gid, int timeout_
   std::string text;
   const bool whole = read_report(p[0], timeout_ms, text);
   ::close(p[0]);  // a lister still running gets SIGPIPE when it reports
-  if (!whole)
+  if (!whole && !has_line(text, "end"))
     return {{}, "the listing of " + dir + " did not finish within " + std::to_string(timeout_ms) +
                     " ms (a hung or slow file system?): outputs unknown"};
   if (text.empty()) return {{}, "the listing of " + dir + " as uid " + std::to_string(uid) + " failed: outputs unknown"};
-  return decode_listing(text, dir);
+  Listing l = decode_listing(text, dir);
+  if (!whole)
+    l.note = join_notes(l.note, "reading the checkpoints for their SHA-256 did not finish within " +
+                                    std::to_string(timeout_ms) + " ms (a hung or slow file system?)");
+  return l;
 }
 
 std::string encode_listing(const Listing& l, const std::string& dir) {
   std::string note = l.note;
   std::replace(note.begin(), note.end(), '\n', ' ');
   std::string out = note + "\n";
-  const std::string prefix = (dir.size() > 1 && dir.back() == '/' ? dir.substr(0, dir.size() - 1) : dir) + "/";
+  const std::string prefix = base_of(dir) + "/";
   for (const Output& o : l.outputs)
     if (o.path.rfind(prefix, 0) == 0)
       out += std::to_string(o.size) + "\t" + std::to_string(o.mtime_unix) + "\t" + o.path.substr(prefix.size()) + "\n";
-  return out;
+  return out + "end\n";
 }
+
+std::string encode_digests(const Listing& l, const std::string& dir, const std::string& note) {
+  std::string out;
+  const std::string prefix = base_of(dir) + "/";
+  for (const Output& o : l.outputs)
+    if (!o.sha256.empty() && o.path.rfind(prefix, 0) == 0) out += "sha256\t" + o.sha256 + "\t" + o.path.substr(prefix.size()) + "\n";
+  std::string n = note;
+  std::replace(n.begin(), n.end(), '\n', ' ');
+  return out + "hashed\t" + n + "\n";
+}
+
+namespace {
+
+// A relative path the child may name: a checkpoint in DIR or in one of its direct subdirectories.
+bool report_path_ok(const std::string& rel) {
+  const std::size_t slash = rel.find('/');
+  return is_checkpoint_name(rel.substr(slash == std::string::npos ? 0 : slash + 1)) &&
+         (slash == std::string::npos || plain_name(rel.substr(0, slash)));
+}
+
+// "SIZE\tMTIME\tREL" as an output under `base`; nullopt when malformed or outside.
+std::optional<Output> listing_line(const std::string& line, const std::string& base) {
+  const std::size_t t1 = line.find('\t'), t2 = t1 == std::string::npos ? t1 : line.find('\t', t1 + 1);
+  if (t2 == std::string::npos || !report_path_ok(line.substr(t2 + 1))) return std::nullopt;
+  Output o{base + "/" + line.substr(t2 + 1), 0, 0, ""};
+  try {
+    o.size = std::stoull(line.substr(0, t1));
+    o.mtime_unix = std::stoll(line.substr(t1 + 1, t2 - t1 - 1));
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  return o;
+}
+
+// "sha256\tHEX\tREL": the digest given to the listed output it names (nothing else).
+void digest_line(const std::string& line, const std::string& base, Listing& l) {
+  if (line.size() < 72 || line.compare(0, 7, "sha256\t") != 0 || line[71] != '\t' || !is_hex64(line.substr(7, 64))) return;
+  const std::string path = base + "/" + line.substr(72);
+  for (Output& o : l.outputs)
+    if (o.path == path) o.sha256 = line.substr(7, 64);
+}
+
+}  // namespace
 
 Listing decode_listing(const std::string& text, const std::string& dir) {
   Listing l;
-  const std::string base = dir.size() > 1 && dir.back() == '/' ? dir.substr(0, dir.size() - 1) : dir;
+  const std::string base = base_of(dir);
   std::size_t pos = text.find('\n');
   if (pos == std::string::npos) return {{}, "the checkpoint listing was cut short: outputs unknown"};
   l.note = text.substr(0, pos);
+  bool listed = false;  // "end" seen
   for (++pos; pos < text.size();) {
     const std::size_t end = text.find('\n', pos);
-    if (end == std::string::npos) return {l.outputs, "the checkpoint listing was cut short: some outputs may be missing"};
+    if (end == std::string::npos) break;
     const std::string line = text.substr(pos, end - pos);
     pos = end + 1;
-    const std::size_t t1 = line.find('\t'), t2 = t1 == std::string::npos ? t1 : line.find('\t', t1 + 1);
-    if (t2 == std::string::npos || l.outputs.size() == kMaxOutputs) continue;
-    const std::string rel = line.substr(t2 + 1);
-    const std::size_t slash = rel.find('/');
-    const bool ok = is_checkpoint_name(rel.substr(slash == std::string::npos ? 0 : slash + 1)) &&
-                    (slash == std::string::npos || plain_name(rel.substr(0, slash)));
-    if (!ok) continue;
-    Output o{base + "/" + rel, 0, 0};
-    try {
-      o.size = std::stoull(line.substr(0, t1));
-      o.mtime_unix = std::stoll(line.substr(t1 + 1, t2 - t1 - 1));
-    } catch (const std::exception&) {
-      continue;
+    if (!listed && line == "end") {
+      listed = true;
+    } else if (!listed) {
+      if (auto o = listing_line(line, base); o && l.outputs.size() < kMaxOutputs) l.outputs.push_back(*o);
+    } else if (line.compare(0, 7, "hashed\t") == 0) {
+      l.note = join_notes(l.note, line.substr(7));
+      return l;
+    } else {
+      digest_line(line, base, l);
     }
-    l.outputs.push_back(o);
   }
+  if (!listed) l.note = join_notes(l.note, "the checkpoint listing was cut short: some outputs may be missing");
+  else if (pos < text.size() || std::any_of(l.outputs.begin(), l.outputs.end(), [](const Output& o) { return !o.sha256.empty(); }))
+    l.note = join_notes(l.note, "the report of the checkpoints' SHA-256 was cut short: some have none");
   return l;
 }
 

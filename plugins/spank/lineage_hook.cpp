@@ -28,6 +28,7 @@ struct Step {
   gid_t gid = 0;
   std::int64_t start_unix = 0;
   std::int64_t start_ns = 0;  // for the checkpoint listing (step_start_ns)
+  bool first_node = false;    // node id 0: hashes the checkpoints
 };
 Step g_step;
 
@@ -69,6 +70,8 @@ void start(spank_t sp, const Config& config) {
   }
   spank_get_item(sp, S_JOB_UID, &g_step.uid);
   spank_get_item(sp, S_JOB_GID, &g_step.gid);
+  std::uint32_t node_id = 1;
+  g_step.first_node = spank_get_item(sp, S_JOB_NODEID, &node_id) == ESPANK_SUCCESS && node_id == 0;
   g_step.event.restart_count = record->restart_count;  // from slurmctld, through the prolog
   g_step.dir = config.openlineage_dir;
   g_step.start_ns = ol::step_start_ns();
@@ -111,9 +114,13 @@ void lineage_step_end() {
   if (g_step.ckpt_dir.empty()) {
     e.outputs_note = "SAKER_CKPT_DIR was not set in the step's environment: outputs unknown";
   } else {
-    ol::Listing l = ol::list_checkpoints_as(g_step.ckpt_dir, g_step.uid, g_step.gid, g_step.start_ns, kListMs);
+    const ol::HashLimits hash = g_step.first_node ? ol::HashLimits{kHashBytes, kHashMs} : ol::HashLimits{};
+    ol::Listing l = ol::list_checkpoints_as(g_step.ckpt_dir, g_step.uid, g_step.gid, g_step.start_ns, kListMs, hash);
     e.outputs = std::move(l.outputs);
     e.outputs_note = std::move(l.note);
+    if (!g_step.first_node && !e.outputs.empty())
+      e.outputs_note += std::string(e.outputs_note.empty() ? "" : "; ") +
+                        "the checkpoints' SHA-256 is in the end event of the step's first node, which alone reads them";
   }
   ol::finish(e, now_ms());
   e.facts.audit_head = audit_head_text(e.facts.audit_log);  // each event states the head at its time

@@ -7,8 +7,8 @@ Two checks:
   1. Saker's own structural check of what OpenLineage's RunEvent requires (written from
      the specification's semantics, not copied from it): eventType one of OpenLineage's,
      eventTime an RFC 3339 date-time, producer and schemaURL URIs, run.runId a UUID,
-     job.namespace and job.name, datasets with namespace and name, and every facet with
-     _producer and _schemaURL.
+     job.namespace and job.name, datasets with namespace and name, every facet with
+     _producer and _schemaURL, and a dataset's version facet with its datasetVersion.
   2. Saker's own facets (saker_slurm, saker_dataset, saker_checkpoint) against Saker's
      schema for them, provenance/openlineage-facets.json, with python3-jsonschema.
   3. When SAKER_OPENLINEAGE_SCHEMA names a copy of OpenLineage's published JSON schema
@@ -69,6 +69,9 @@ def datasets(event, key, extra):
         text(d, "name", where)
         facets(d, "facets", where)
         facets(d, extra, where)
+        version = d.get("facets", {}).get("version")
+        if version is not None:  # OpenLineage's DatasetVersionDatasetFacet: datasetVersion is required
+            text(version, "datasetVersion", f"{where}.facets.version")
 
 
 def structural(event):

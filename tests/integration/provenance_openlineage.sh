@@ -12,8 +12,11 @@ source "$(dirname "$0")/lib.sh"
 it_require_root
 it_tmpdir
 WRITER=$SAKER_BUILDDIR/tests/integration/ckpt_writer
+CKPT=$SAKER_BUILDDIR/ckpt/saker-ckpt/saker-ckpt
 CHECK="/usr/bin/python3 $SAKER_SRCDIR/tests/integration/openlineage_check.py"
-[[ -x $WRITER ]] || { echo "SKIP: $IT_NAME needs $WRITER (make tests/integration/ckpt_writer)" >&2; exit 77; }
+for f in "$WRITER" "$CKPT"; do
+  [[ -x $f ]] || { echo "SKIP: $IT_NAME needs $f (make tests/integration/ckpt_writer ckpt/saker-ckpt/saker-ckpt)" >&2; exit 77; }
+done
 MALLORY=saker-mallory
 id -u $MALLORY >/dev/null 2>&1 || useradd -M -s /usr/sbin/nologin $MALLORY || { echo "SKIP: cannot create $MALLORY" >&2; exit 77; }
 # The site's collector reads the events through the directory's group.
@@ -59,6 +62,17 @@ for s in batch 0; do
   assert_eq "$job $s ae 1 0" "$(field "$end" "' '.join(str(e['run']['facets']['saker_slurm'][k]) for k in ('jobId','stepId','zone','tasks','failedTasks'))")" \
     "step $s: the Slurm facet states job, step, zone and tasks"
 done
+# Each output carries the checkpoint's SHA-256: the subject of saker-ckpt provenance's in-toto
+# statement, as OpenLineage's dataset version (sha256:HEX) and in the checkpoint facet.
+subject() { "$CKPT" provenance "$1" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["subject"][0]["digest"]["sha256"])'; }
+digests="e['outputs'][0]['facets']['version']['datasetVersion'] + ' ' + e['outputs'][0]['outputFacets']['saker_checkpoint']['sha256']"
+sub=$(subject "$ckpt")
+for s in batch 0; do
+  assert_eq "sha256:$sub $sub" "$(field "$(ev "$job" $s COMPLETE)" "$digests" 2>&1)" \
+    "step $s: COMPLETE states the checkpoint's in-toto subject digest as its version"
+done
+assert_eq "" "$(field "$(ev "$job" 0 COMPLETE)" "e['run']['facets']['saker_slurm'].get('outputsNote', '')")" \
+  "and every checkpoint was read: no note"
 assert_eq "$audit_log" "$(field "$(ev "$job" 0 COMPLETE)" "e['run']['facets']['saker_slurm']['auditLog']")" \
   "the Slurm facet names the controller's audit log"
 assert_eq True "$(field "$(ev "$job" 0 COMPLETE)" "bool(re.fullmatch('[0-9]+:[0-9a-f]{64}', e['run']['facets']['saker_slurm']['auditHead']))")" \
@@ -77,6 +91,8 @@ assert_eq "a task on saker1: exit code 3" "$(field "$(ev "$fjob" batch FAIL)" "e
   "the FAIL event's errorMessage facet says why"
 assert_eq "['$work/run2/ckpt-000000000005.h5']" "$(field "$(ev "$fjob" batch FAIL)" "[o['name'] for o in e['outputs']]")" \
   "a failed step still names the checkpoints it left"
+sub=$(subject "$work/run2/ckpt-000000000005.h5")
+assert_eq "sha256:$sub $sub" "$(field "$(ev "$fjob" batch FAIL)" "$digests" 2>&1)" "with their SHA-256"
 
 # --- a step on two nodes: each node reports its part, under the one run id of the step.
 assert_rc 0 "a step on saker1 and saker2" -- srun -p cpu-ae --dataset=imagenet@2012 -N2 -n2 bash -c 'echo "id=$SLURM_JOB_ID"'
@@ -90,6 +106,21 @@ assert_eq "saker2 saker[1-2] 1" "$(field "$(ev "$two" 0 COMPLETE saker2)" "' '.j
   "saker2's event names itself, the job's nodes and its own task"
 assert_contains "$(field "$(ev "$two" 0 COMPLETE saker1)" "e['run']['facets']['saker_slurm'].get('outputsNote', '')")" \
   "SAKER_CKPT_DIR was not set" "a step without a checkpoint directory says its outputs are unknown"
+# (rank 1 ends only once rank 0 saved: each node lists when its own tasks end)
+assert_rc 0 "a step on two nodes that saves a checkpoint" -- srun -p cpu-ae --dataset=imagenet@2012 -N2 -n2 \
+  --export=ALL,SAKER_CKPT_DIR="$work/two" bash -c "if [ \$SLURM_PROCID = 0 ]; then $WRITER \$SAKER_CKPT_DIR 7 >/dev/null;
+    else for i in \$(seq 300); do [ -e \$SAKER_CKPT_DIR/ckpt-000000000007.h5 ] && break; sleep 0.1; done; fi; echo id=\$SLURM_JOB_ID"
+two_ck=$(sed -n 's/^id=//p' <<<"$IT_OUT" | head -1)
+for n in saker1 saker2; do
+  it_wait_for 10 "$n wrote its COMPLETE event" test -e "$(ev "$two_ck" 0 COMPLETE $n)"
+done
+sub=$(subject "$work/two/ckpt-000000000007.h5")
+assert_eq "sha256:$sub $sub" "$(field "$(ev "$two_ck" 0 COMPLETE saker1)" "$digests" 2>&1)" "the step's first node reads the checkpoint"
+assert_eq "['$work/two/ckpt-000000000007.h5'] {}" \
+  "$(field "$(ev "$two_ck" 0 COMPLETE saker2)" "str([o['name'] for o in e['outputs']]) + ' ' + str(e['outputs'][0].get('facets', {}))")" \
+  "the other node lists it without reading it again"
+assert_contains "$(field "$(ev "$two_ck" 0 COMPLETE saker2)" "e['run']['facets']['saker_slurm']['outputsNote']")" \
+  "in the end event of the step's first node" "and says where its digest is"
 assert_rc 1 "another step's run id differs" -- \
   test "$(field "$(ev "$two" 0 START saker1)" "e['run']['runId']")" = "$(field "$(ev "$job" 0 START)" "e['run']['runId']")"
 

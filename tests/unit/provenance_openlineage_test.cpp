@@ -72,7 +72,7 @@ TEST_CASE("openlineage: a START event holds what OpenLineage requires and the Sl
 
 TEST_CASE("openlineage: end events carry the checkpoints, the task counts and, on FAIL, the error", "[openlineage]") {
   ol::StepEvent e = sample_event(ol::EventType::complete);
-  e.outputs = {{"/lustre/ae/run1/ckpt-000000000010.h5", 4096, 1700000001}};
+  e.outputs = {{"/lustre/ae/run1/ckpt-000000000010.h5", 4096, 1700000001, ""}};
   e.tasks = 2;
   std::string j = ol::event_json(e);
   CHECK_THAT(j, Catch::Contains("\"eventType\":\"COMPLETE\""));
