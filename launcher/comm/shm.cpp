@@ -155,6 +155,13 @@ void remove_if_ours(const std::string& name) noexcept {
   if (ours) shm_unlink(name.c_str());
 }
 
+void abandon(int fd, char*& base, std::size_t bytes, const std::string& name) noexcept {
+  if (fd >= 0) close(fd);
+  if (base) munmap(base, bytes);
+  base = nullptr;
+  if (!name.empty()) remove_if_ours(name);
+}
+
 }  // namespace segment
 
 ShmGroup::ShmGroup(Mesh& mesh, std::vector<int> members, int channel, std::size_t slot_bytes, int stripes,
@@ -196,12 +203,7 @@ void ShmGroup::map_segment(int channel) {
     base_ = static_cast<char*>(p);
     barrier(0, "mapping the shared-memory segment");  // every member has it mapped now
   } catch (...) {
-    if (fd >= 0) close(fd);
-    if (base_) munmap(base_, map_bytes_);
-    base_ = nullptr;
-    // A failed start (the creator or a member died) leaves no name behind either: every
-    // member knows it, and the first that finds it removes it.
-    if (!name_.empty()) segment::remove_if_ours(name_);
+    segment::abandon(fd, base_, map_bytes_, name_);  // a failed start leaves no name behind either
     throw;
   }
   // The mappings stay; the name goes, so that nothing is left in /dev/shm whatever happens.

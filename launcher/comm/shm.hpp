@@ -62,6 +62,12 @@ int create(const std::string& name, std::size_t bytes);
 int open_checked(const std::string& name, std::size_t bytes, bool missing_ok = false);
 // Removes the name if it is this uid's regular file (a failed start's cleanup).
 void remove_if_ours(const std::string& name) noexcept;
+// A failed start's whole cleanup, for every user of a segment (ShmGroup, ShmOrdered):
+// closes fd when it is open, unmaps base (bytes long) when mapped and sets it to null,
+// and removes the name when known (remove_if_ours): a rank that died during the start
+// then leaves nothing in /dev/shm, since every member knows the name and the first that
+// gets here removes it.
+void abandon(int fd, char*& base, std::size_t bytes, const std::string& name) noexcept;
 }  // namespace segment
 
 class ShmGroup {

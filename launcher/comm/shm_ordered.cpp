@@ -84,10 +84,7 @@ void ShmOrdered::map_segment() {
     base_ = static_cast<char*>(p);
     barrier("mapping the canonical-order sum's shared-memory segment");
   } catch (...) {
-    if (fd >= 0) close(fd);
-    if (base_) munmap(base_, map_bytes_);
-    base_ = nullptr;
-    if (!name_.empty()) segment::remove_if_ours(name_);
+    segment::abandon(fd, base_, map_bytes_, name_);
     throw;
   }
   shm_unlink(name_.c_str());  // every rank: the creator may be killed right after the barrier

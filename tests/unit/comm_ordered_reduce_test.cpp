@@ -1,6 +1,8 @@
 // The canonical-order sum over logical workers (launcher/comm/ordered_reduce.hpp): the
 // mapping of workers onto ranks, and the sum's bits across world sizes and transports.
 #include <catch2/catch.hpp>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,7 +14,9 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "common/shm_names.hpp"
 #include "launcher/comm/ordered_reduce.hpp"
+#include "launcher/comm/shm.hpp"
 #include "tests/unit/comm_test_support.hpp"
 
 using namespace saker::comm;
@@ -260,4 +264,20 @@ TEST_CASE("ordered reduce through shared memory: a rank that stops coming is nam
   }, o);
   CHECK_THAT(error, Catch::Contains("rank 1 (host host-node0) did not answer within 1500 ms"));
   CHECK(segments_left() == 0);
+}
+
+TEST_CASE("shm segment: a failed start's cleanup closes, unmaps and removes the name (segment::abandon)", "[comm][shm]") {
+  const std::string name = saker::shm_names::fresh();  // /saker-PID-HEX: segments_left() sees it
+  const std::size_t bytes = 4096;
+  const int fd = segment::create(name, bytes);
+  char* base = static_cast<char*>(mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  REQUIRE(base != MAP_FAILED);
+  CHECK(segments_left() == 1);
+  segment::abandon(fd, base, bytes, name);
+  CHECK(base == nullptr);
+  CHECK(fcntl(fd, F_GETFD) == -1);  // closed
+  CHECK(segments_left() == 0);
+  char* none = nullptr;
+  segment::abandon(-1, none, bytes, "");  // nothing opened yet: nothing to do, nothing thrown
+  CHECK(none == nullptr);
 }
