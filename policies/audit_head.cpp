@@ -83,17 +83,44 @@ std::string write_head(const std::string& log_path, const Head& head, const std:
   return {};
 }
 
+namespace {
+
+// At most `max` bytes, with open/read rather than an ifstream: every step's attestation
+// states the node's head (spank_saker.so, in a fresh slurmstepd), where the first iostream
+// builds the C++ locale (common/file.hpp). nullopt with errno set when it cannot be read.
+std::optional<std::string> read_at_most(const std::string& path, std::size_t max) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  std::string out(max, '\0');
+  std::size_t got = 0;
+  while (got < max) {
+    const ssize_t n = ::read(fd, out.data() + got, max - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      errno = err;
+      return std::nullopt;
+    }
+    if (n == 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  out.resize(got);
+  return out;
+}
+
+}  // namespace
+
 std::optional<Head> read_head(const std::string& log_path, const std::string& key, std::string& problem) {
   const std::string path = head_path(log_path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  auto text = read_at_most(path, kMaxHeadBytes + 1);
+  if (!text) {
     problem = "no sealed head " + path + " (" + std::strerror(errno) +
               "): a deleted tail of the log cannot be ruled out";
     return std::nullopt;
   }
-  std::string line(kMaxHeadBytes + 1, '\0');
-  in.read(line.data(), static_cast<std::streamsize>(line.size()));
-  line.resize(static_cast<std::size_t>(in.gcount()));
+  std::string line = std::move(*text);
   while (!line.empty() && line.back() == '\n') line.pop_back();
   Head h;
   const auto id = number_field(line, "last_id");

@@ -125,7 +125,7 @@ Envelope sign(const Attestation& a, const SiteKey& key) {
   Envelope e;
   e.payload = format_payload(a);
   e.key_id = key.key_id;
-  const auto sig = ed25519::sign(key.seed, pae(e.payload_type, e.payload));
+  const auto sig = ed25519::sign(key.seed, key.pub, pae(e.payload_type, e.payload));
   e.signature.assign(reinterpret_cast<const char*>(sig.data()), sig.size());
   return e;
 }

@@ -1,6 +1,8 @@
 #include "provenance/ed25519.hpp"
 
 #include <dlfcn.h>
+
+#include <algorithm>
 #include <string.h>  // explicit_bzero
 
 #include "common/error.hpp"
@@ -115,6 +117,12 @@ struct SodiumSecret {
     if (sodium().seed_keypair(pub.data(), sk.data(), seed.data()) != 0)
       throw Error(explain("Ed25519", "libsodium refused the private key", "make a new one: openssl genpkey -algorithm ed25519"));
   }
+  // The public key already derived from this seed (public_of): deriving it is a scalar
+  // multiplication, as costly as the signature itself, so a signer that holds it skips that.
+  SodiumSecret(const Seed& seed, const PublicKey& known) : pub(known) {
+    std::copy(seed.begin(), seed.end(), sk.begin());
+    std::copy(known.begin(), known.end(), sk.begin() + 32);
+  }
   ~SodiumSecret() { ::explicit_bzero(sk.data(), sk.size()); }
   SodiumSecret(const SodiumSecret&) = delete;
   SodiumSecret& operator=(const SodiumSecret&) = delete;
@@ -129,9 +137,9 @@ PublicKey public_of(const Seed& seed) {
   return public_of_libcrypto(seed);
 }
 
-Signature sign(const Seed& seed, std::string_view message) {
-  if (!sodium().usable) return sign_libcrypto(seed, message);
-  const SodiumSecret secret(seed);
+namespace {
+
+Signature sign_sodium(const SodiumSecret& secret, std::string_view message) {
   Signature sig{};
   unsigned long long len = 0;
   if (sodium().sign_detached(sig.data(), &len, reinterpret_cast<const unsigned char*>(message.data()), message.size(),
@@ -139,6 +147,18 @@ Signature sign(const Seed& seed, std::string_view message) {
       len != sig.size())
     throw Error(explain("Ed25519", "libsodium could not sign", "check the key with: openssl pkey -in KEY -noout"));
   return sig;
+}
+
+}  // namespace
+
+Signature sign(const Seed& seed, std::string_view message) {
+  if (!sodium().usable) return sign_libcrypto(seed, message);
+  return sign_sodium(SodiumSecret(seed), message);
+}
+
+Signature sign(const Seed& seed, const PublicKey& pub, std::string_view message) {
+  if (!sodium().usable) return sign_libcrypto(seed, message);
+  return sign_sodium(SodiumSecret(seed, pub), message);
 }
 
 PublicKey public_of_libcrypto(const Seed& seed) {

@@ -23,6 +23,11 @@ using Signature = std::array<unsigned char, 64>;
 // deterministic, so the key and the signature are the same bytes either way.
 PublicKey public_of(const Seed& seed);
 Signature sign(const Seed& seed, std::string_view message);
+// The same signature from a seed and the public key public_of gave for it, without
+// deriving it again. Pass only that key: a mismatched pair signs garbage, and signatures of
+// one message under two public keys would give the private key away (the "double public
+// key" oracle); site_key.hpp's KnownPublicKey comes from root's own note of this key file.
+Signature sign(const Seed& seed, const PublicKey& pub, std::string_view message);
 bool verify(const PublicKey& key, std::string_view message, const Signature& signature);
 
 // Which library public_of and sign use here: "libsodium" or "libcrypto".

@@ -59,18 +59,18 @@ std::string key_id_of(const ed25519::PublicKey& pub) {
   return sha256_hex(std::string_view(reinterpret_cast<const char*>(pub.data()), pub.size()));
 }
 
-SiteKey parse_private_pem(const std::string& pem, const std::string& where) {
+SiteKey parse_private_pem(const std::string& pem, const std::string& where, const ed25519::PublicKey* known_pub) {
   const std::string der = pem_body(pem, "PRIVATE KEY", where);
   if (der.size() != kPrivatePrefix.size() + 32 || der.compare(0, kPrivatePrefix.size(), kPrivatePrefix) != 0)
     throw Error(explain(where, "not an Ed25519 private key", "make one with: openssl genpkey -algorithm ed25519 -out FILE"));
   SiteKey k;
   std::memcpy(k.seed.data(), der.data() + kPrivatePrefix.size(), 32);
-  k.pub = ed25519::public_of(k.seed);
+  k.pub = known_pub != nullptr ? *known_pub : ed25519::public_of(k.seed);
   k.key_id = key_id_of(k.pub);
   return k;
 }
 
-SiteKey read_site_key(const std::string& path, unsigned owner_uid) {
+SiteKey read_site_key(const std::string& path, unsigned owner_uid, const KnownPublicKey* known) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0)
     throw Error(explain("attestation key " + path, std::string("cannot open: ") + std::strerror(errno),
@@ -92,7 +92,12 @@ SiteKey read_site_key(const std::string& path, unsigned owner_uid) {
     throw;
   }
   ::close(fd);
-  SiteKey k = parse_private_pem(text, "attestation key " + path);
+  const std::string file_id = std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + ":" +
+                              std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + ":" +
+                              std::to_string(st.st_size);
+  const bool reuse = known != nullptr && !known->file_id.empty() && known->file_id == file_id;
+  SiteKey k = parse_private_pem(text, "attestation key " + path, reuse ? &known->pub : nullptr);
+  k.file_id = file_id;
   std::memset(text.data(), 0, text.size());
   return k;
 }

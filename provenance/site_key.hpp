@@ -16,14 +16,26 @@ namespace saker::provenance {
 struct SiteKey {
   ed25519::Seed seed{};
   ed25519::PublicKey pub{};
-  std::string key_id;  // hex SHA-256 of the raw public key
+  std::string key_id;   // hex SHA-256 of the raw public key
+  std::string file_id;  // the key file as read: device, inode, mtime and size ("" from PEM text)
+};
+
+// A public key derived from the key file earlier (the job prolog's, kept in the node
+// record): deriving it costs a scalar multiplication, as much as a signature, and every
+// step on every node signs. Used only while the file's identity is still `file_id`; a
+// replaced or rewritten key file is derived afresh.
+struct KnownPublicKey {
+  std::string file_id;
+  ed25519::PublicKey pub{};
 };
 
 // `owner_uid`: the owner the file must have (0 in slurmstepd; tests pass their own uid).
 // Throws saker::Error naming the file.
-SiteKey read_site_key(const std::string& path, unsigned owner_uid = 0);
-// Parses PEM text (no file checks). Throws saker::Error naming `where`.
-SiteKey parse_private_pem(const std::string& pem, const std::string& where);
+SiteKey read_site_key(const std::string& path, unsigned owner_uid = 0, const KnownPublicKey* known = nullptr);
+// Parses PEM text (no file checks). Throws saker::Error naming `where`. `known_pub`: the
+// public key of this very seed, when the caller already has it.
+SiteKey parse_private_pem(const std::string& pem, const std::string& where,
+                          const ed25519::PublicKey* known_pub = nullptr);
 
 struct PublicSiteKey {
   ed25519::PublicKey pub{};

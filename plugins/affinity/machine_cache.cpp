@@ -62,7 +62,11 @@ std::uint64_t cache_key(const std::string& inputs) {
   auto mix = [&](const void* data, std::size_t n) {
     for (std::size_t i = 0; i < n; ++i) h = (h ^ static_cast<const unsigned char*>(data)[i]) * 1099511628211ull;
   };
-  const unsigned hwloc = hwloc_get_api_version();
+  // The hwloc API the build compiled against, not hwloc_get_api_version(): asking the
+  // library would load it in every step's slurmstepd, where the plugin loads hwloc only on
+  // a cache miss (plugins/spank/lazy_libs.cpp). A new hwloc API means a rebuild, and so a
+  // new key.
+  const unsigned hwloc = HWLOC_API_VERSION;
   mix(kMagic, sizeof kMagic);
   mix(&hwloc, sizeof hwloc);
   mix(inputs.data(), inputs.size());

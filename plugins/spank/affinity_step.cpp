@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -255,11 +256,14 @@ int affinity_task_init(spank_t sp, const Config& config) {
     return fall_back(config, e.what());
   }
   const aff::RankPlan& mine = plan.ranks.at(static_cast<std::size_t>(task));
+  // 64 KiB: an OMP_PLACES (or the plan's record of it) of a few hundred cores fits. One
+  // buffer for every lookup, left uninitialised: zeroing 64 KiB per variable was most of
+  // the task's own start-up cost (issue 30).
+  constexpr int kEnvMax = 64 * 1024;
+  const std::unique_ptr<char[]> buf(new char[kEnvMax]);
   const aff::TaskEnv env = aff::task_env(mine, [&](const std::string& key) -> std::optional<std::string> {
-    // 64 KiB: an OMP_PLACES (or the plan's record of it) of a few hundred cores fits.
-    std::vector<char> buf(64 * 1024);
-    const spank_err_t rc = spank_getenv(sp, key.c_str(), buf.data(), static_cast<int>(buf.size()));
-    if (rc == ESPANK_SUCCESS) return std::string(buf.data());
+    const spank_err_t rc = spank_getenv(sp, key.c_str(), buf.get(), kEnvMax);
+    if (rc == ESPANK_SUCCESS) return std::string(buf.get());
     if (rc == ESPANK_NOSPACE) return std::string("(a value longer than 64 KiB)");  // set: still the user's
     return std::nullopt;
   });

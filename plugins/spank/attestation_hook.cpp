@@ -31,6 +31,22 @@ std::string stated_audit_log(const Config& config, const std::string& node) {
   return config.attest_audit_log.empty() ? launch_audit_path(config.state_dir, node) : config.attest_audit_log;
 }
 
+namespace {
+
+// The site key, with the public half a step on this node derived before while the key
+// file is the same (attestation_step.hpp known_key_path); derived and noted otherwise.
+provenance::SiteKey read_key(const Config& config, const std::string& node) {
+  const std::string noted = known_key_path(config.state_dir, node);
+  const auto known = read_known_key(noted);
+  provenance::SiteKey key = provenance::read_site_key(config.attest_key, 0, known ? &*known : nullptr);
+  if (!known || known->file_id != key.file_id)
+    if (const std::string problem = write_known_key(noted, key); !problem.empty())
+      saker::log::warn("attestation: " + problem + " (each step derives the public key again)");
+  return key;
+}
+
+}  // namespace
+
 void attest_step(spank_t sp, const Config& config) {
   g_path.clear();
   if (config.attest_key.empty()) return;
@@ -39,7 +55,7 @@ void attest_step(spank_t sp, const Config& config) {
   const StepIds ids = step_ids(sp);
   const std::string what = "attestation of step " + std::to_string(ids.job_id) + "." + step_name(ids.step_id);
   try {
-    const auto record = read_node_record(node_record_path(config.state_dir, node, ids.job_id));
+    const auto record = read_step_node_record(node_record_path(config.state_dir, node, ids.job_id));
     if (!record) {
       saker::log::error(what + ": node " + node + " has no record of the job (the spank_saker job prolog did not run; "
                         "set PrologFlags=Alloc in slurm.conf); its tasks run unattested");
@@ -47,7 +63,7 @@ void attest_step(spank_t sp, const Config& config) {
     }
     std::uint32_t gid = 0;
     spank_get_item(sp, S_JOB_GID, &gid);
-    const provenance::SiteKey key = provenance::read_site_key(config.attest_key);
+    const provenance::SiteKey key = read_key(config, node);
     const provenance::Attestation a =
         build_attestation(ids, *record, node, stated_audit_log(config, node), std::time(nullptr));
     const std::string text = provenance::format_envelope(provenance::sign(a, key));

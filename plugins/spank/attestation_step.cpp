@@ -5,15 +5,19 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <string_view>
 
 extern "C" {
 #include <slurm/slurm.h>
 }
 
 #include "common/error.hpp"
+#include "common/file.hpp"
 #include "policies/audit_head.hpp"
+#include "provenance/text.hpp"
 
 namespace saker::spank {
 
@@ -82,6 +86,48 @@ std::string write_attestation_file(const std::string& path, const std::string& t
   if (fd < 0) return "cannot create " + tmp + ": " + std::strerror(errno);
   bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
   ok = ok && ::fchown(fd, ::geteuid(), gid) == 0 && ::fchmod(fd, 0440) == 0;
+  const int err = errno;
+  ::close(fd);
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = ok ? errno : err;
+    ::unlink(tmp.c_str());
+    return "cannot write " + path + ": " + std::strerror(e);
+  }
+  return "";
+}
+
+std::string known_key_path(const std::string& state_dir, const std::string& node) {
+  const std::string record = node_record_path(state_dir, node, 0);  // checks the node name
+  return record.substr(0, record.rfind('/')) + "/attest-key.pub";
+}
+
+namespace {
+constexpr char kKnownKeyHead[] = "saker-attest-pub 1";
+}  // namespace
+
+std::optional<provenance::KnownPublicKey> read_known_key(const std::string& path) {
+  const auto text = file::read(path);
+  if (!text) return std::nullopt;
+  const std::string head = std::string(kKnownKeyHead) + "\nfile=";
+  const auto pub_at = text->find("\npub=");
+  if (text->compare(0, head.size(), head) != 0 || pub_at == std::string::npos || text->back() != '\n')
+    return std::nullopt;
+  provenance::KnownPublicKey known;
+  known.file_id = text->substr(head.size(), pub_at - head.size());
+  const auto raw = provenance::unhex(std::string_view(*text).substr(pub_at + 5, text->size() - pub_at - 6));
+  if (known.file_id.empty() || !raw || raw->size() != known.pub.size()) return std::nullopt;
+  std::copy(raw->begin(), raw->end(), known.pub.begin());
+  return known;
+}
+
+std::string write_known_key(const std::string& path, const provenance::SiteKey& key) {
+  const std::string text = std::string(kKnownKeyHead) + "\nfile=" + key.file_id + "\npub=" +
+                           provenance::hex(std::string_view(reinterpret_cast<const char*>(key.pub.data()), key.pub.size())) +
+                           "\n";
+  const std::string tmp = path + ".tmp" + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return "cannot create " + tmp + ": " + std::strerror(errno);
+  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
   const int err = errno;
   ::close(fd);
   if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {

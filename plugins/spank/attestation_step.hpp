@@ -14,10 +14,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "plugins/spank/node_record.hpp"
 #include "provenance/attestation.hpp"
+#include "provenance/site_key.hpp"
 
 namespace saker::spank {
 
@@ -43,6 +45,17 @@ std::string attestation_path(const std::string& dir, const std::string& node, st
 // uid 0 (or the caller's uid when not root: tests) and `gid`, mode 0440. Returns "" or the
 // problem.
 std::string write_attestation_file(const std::string& path, const std::string& text, std::uint32_t gid);
+
+// STATE/NODE/attest-key.pub, beside the node records (root's, mode 0700): the site key's
+// public half and the key file's identity when a step on this node last derived it. Each
+// step reads the private key from its file and takes this public key instead of deriving
+// it again (a scalar multiplication, as costly as the signature: issue 30) while the file
+// is the same one (provenance/site_key.hpp KnownPublicKey).
+std::string known_key_path(const std::string& state_dir, const std::string& node);
+// nullopt when there is none or it does not parse (the step then derives the key).
+std::optional<provenance::KnownPublicKey> read_known_key(const std::string& path);
+// Atomically, mode 0600, into an existing directory (the prolog makes it). "" or the problem.
+std::string write_known_key(const std::string& path, const provenance::SiteKey& key);
 
 // The job epilog's clean-up: every DIR/NODE/job-J.* file. Returns how many were removed.
 int remove_job_attestations(const std::string& dir, const std::string& node, std::uint32_t job_id);

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <exception>
 #include <string_view>
 
 #include "common/error.hpp"
@@ -132,6 +133,26 @@ std::optional<NodeRecord> read_node_record(const std::string& path) {
     throw Error("node record: cannot read " + path + ": " + std::strerror(errno));
   }
   return parse_node_record(*text);
+}
+
+std::optional<NodeRecord> read_step_node_record(const std::string& path) {
+  struct Cached {
+    std::string path;
+    std::optional<NodeRecord> record;
+    std::string error;  // non-empty: reading it threw this
+  };
+  static std::optional<Cached> cached;
+  if (!cached || cached->path != path) {
+    Cached c{path, std::nullopt, ""};
+    try {
+      c.record = read_node_record(path);
+    } catch (const std::exception& e) {
+      c.error = e.what();
+    }
+    cached = std::move(c);
+  }
+  if (!cached->error.empty()) throw Error(cached->error);
+  return cached->record;
 }
 
 }  // namespace saker::spank

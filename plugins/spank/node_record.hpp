@@ -62,6 +62,12 @@ NodeRecord node_record_from_env(std::uint32_t job_id, Getenv get);
 void write_node_record(const std::string& path, const NodeRecord& r);  // throws saker::Error
 std::optional<NodeRecord> read_node_record(const std::string& path);  // nullopt: no file; throws on a bad one
 
+// read_node_record for the hooks of one step: slurmstepd runs a single step, and its
+// residency check, attestation and telemetry each need the same record, so the file is
+// read and parsed once per process and path; a later call gets the same record, or the
+// same error thrown again (a hook that fails closed on it still does).
+std::optional<NodeRecord> read_step_node_record(const std::string& path);
+
 }  // namespace saker::spank
 
 #include "plugins/spank/node_record_env.hpp"

@@ -137,7 +137,7 @@ void residency_prepare(spank_t sp, const Config& config, const std::vector<polic
     }
   }
   try {
-    f.record = read_node_record(node_record_path(config.state_dir, f.node, f.job_id));
+    f.record = read_step_node_record(node_record_path(config.state_dir, f.node, f.job_id));
   } catch (const std::exception& e) {
     g_verdict = {true, std::string("the job's record on this node cannot be read: ") + e.what()};
     audit(config, f, "deny", g_verdict.message);

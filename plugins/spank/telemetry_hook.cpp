@@ -220,7 +220,7 @@ int telemetry_start(spank_t sp, const Config& config) {
   // it); the job's environment otherwise. They only label figures.
   std::string user, account;
   try {
-    if (auto rec = read_node_record(node_record_path(config.state_dir, node, job))) {
+    if (auto rec = read_step_node_record(node_record_path(config.state_dir, node, job))) {
       user = rec->user;
       account = rec->account;
     }

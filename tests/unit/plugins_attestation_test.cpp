@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cstdio>
 #include <fstream>
 #include <map>
 
@@ -69,6 +70,56 @@ TEST_CASE("attestation: OpenSSL's own Ed25519 verifies Saker's signature over DS
   CHECK(std::system(cmd.c_str()) == 0);
 }
 
+// The prolog's public key (site_key.hpp KnownPublicKey) stands in for deriving it only
+// while the key file is the one it came from: a replaced key file is derived afresh.
+TEST_CASE("attestation: a known public key is used only for the same key file", "[attestation]") {
+  TempDir dir;
+  const auto site = make_keys(dir.path(), "site");
+  const SiteKey derived = read_site_key(site.private_path, ::geteuid());
+  REQUIRE_FALSE(derived.file_id.empty());
+  KnownPublicKey known{derived.file_id, derived.pub};
+  known.pub[0] ^= 1;  // marked: proves which one the read took
+  CHECK(read_site_key(site.private_path, ::geteuid(), &known).pub == known.pub);
+  CHECK(read_site_key(site.private_path, ::geteuid(), &known).key_id == key_id_of(known.pub));
+  known.file_id = "another file";
+  CHECK(read_site_key(site.private_path, ::geteuid(), &known).pub == derived.pub);
+  // A new key written to the same path: a new inode, so its own public key.
+  const auto other = make_keys(dir.path(), "other");
+  REQUIRE(std::rename(other.private_path.c_str(), site.private_path.c_str()) == 0);
+  known = KnownPublicKey{derived.file_id, derived.pub};
+  const SiteKey replaced = read_site_key(site.private_path, ::geteuid(), &known);
+  CHECK(replaced.file_id != derived.file_id);
+  CHECK(replaced.pub != derived.pub);
+  CHECK(replaced.pub == ed25519::public_of(replaced.seed));
+}
+
+// A node's note of the public key (attestation_step.hpp known_key_path) round-trips, and a
+// damaged or absent one is no key at all (the step derives it), never a wrong one.
+TEST_CASE("attestation: the node's note of the public key", "[attestation]") {
+  TempDir dir;
+  const auto site = make_keys(dir.path(), "site");
+  const SiteKey key = read_site_key(site.private_path, ::geteuid());
+  const std::string path = saker::spank::known_key_path(dir.path().string(), "saker1");
+  CHECK(path == (dir / "saker1" / "attest-key.pub").string());
+  CHECK_THROWS(saker::spank::known_key_path(dir.path().string(), "../x"));
+  std::filesystem::create_directories(dir / "saker1");
+  CHECK_FALSE(saker::spank::read_known_key(path));
+  REQUIRE(saker::spank::write_known_key(path, key).empty());
+  struct stat st {};
+  REQUIRE(::stat(path.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
+  const auto known = saker::spank::read_known_key(path);
+  REQUIRE(known);
+  CHECK(known->file_id == key.file_id);
+  CHECK(known->pub == key.pub);
+  const std::string text = saker::file::read(path).value();
+  for (const std::string& damaged : {text.substr(0, text.size() - 3), text.substr(0, text.size() - 1),
+                                     std::string("garbage\n"), text.substr(0, text.find("pub=")) + "pub=zz\n"}) {
+    saker::ckpt::testing::write_file(path, damaged, 0600);
+    CHECK_FALSE(saker::spank::read_known_key(path));
+  }
+}
+
 // The signer is libsodium where installed and libcrypto elsewhere (ed25519.hpp): both must
 // give RFC 8032's bytes, or attestations would depend on which library a node has.
 TEST_CASE("attestation: Ed25519 gives RFC 8032's key and signature through either library", "[attestation]") {
@@ -91,6 +142,9 @@ TEST_CASE("attestation: Ed25519 gives RFC 8032's key and signature through eithe
   CHECK(str(ed25519::sign_libcrypto(seed, "")) == want_sig);
   const std::string message(1000, 'x');
   CHECK(str(ed25519::sign(seed, message)) == str(ed25519::sign_libcrypto(seed, message)));
+  // The signer's path (attestation.cpp): the public key given, not derived again.
+  CHECK(str(ed25519::sign(seed, ed25519::public_of(seed), "")) == want_sig);
+  CHECK(str(ed25519::sign(seed, ed25519::public_of(seed), message)) == str(ed25519::sign_libcrypto(seed, message)));
   CHECK(ed25519::verify(ed25519::public_of(seed), message, ed25519::sign(seed, message)));
 }
 

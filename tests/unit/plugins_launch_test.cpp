@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -84,6 +85,29 @@ TEST_CASE("a node record is written atomically and read back", "[spank][node_rec
   const auto back = read_node_record(path);
   REQUIRE(back);
   CHECK(back->user == "alice");
+}
+
+// One step's hooks share one read (node_record.hpp): the second call does not touch the
+// file, a damaged record throws the same error each time, another path is read afresh.
+TEST_CASE("a step's node record is read once and shared by its hooks", "[spank][node_record]") {
+  TempDir dir;
+  const std::string path = node_record_path(dir.path + "/state", "saker1", 11);
+  NodeRecord r;
+  r.job_id = 11;
+  r.user = "alice";
+  write_node_record(path, r);
+  REQUIRE(read_step_node_record(path));
+  REQUIRE(std::remove(path.c_str()) == 0);
+  const auto again = read_step_node_record(path);
+  REQUIRE(again);
+  CHECK(again->user == "alice");
+  const std::string bad = node_record_path(dir.path + "/state", "saker1", 12);
+  { std::ofstream(bad) << "saker-node-record 1\nuid=x\n"; }
+  CHECK_THROWS_AS(read_step_node_record(bad), saker::Error);
+  { std::ofstream(bad) << format_node_record(r); }  // repaired: this step still fails closed
+  CHECK_THROWS_AS(read_step_node_record(bad), saker::Error);
+  const std::string absent = node_record_path(dir.path + "/state", "saker1", 13);
+  CHECK_FALSE(read_step_node_record(absent));
 }
 
 TEST_CASE("launch: zones and grants are both checked", "[spank][residency]") {
