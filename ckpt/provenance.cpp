@@ -6,6 +6,7 @@
 #include <openssl/evp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -156,8 +157,9 @@ Record collect(const std::vector<Parent>& loaded) {
       if (b == std::string::npos) b = list.size();
       std::string d = list.substr(a, b - a);
       if (d.rfind("sha256:", 0) == 0) d = d.substr(7);
-      if (is_sha256(d)) r.parents.push_back({d, "", 0, "SAKER_CKPT_PARENTS"});
-      else log::warn("ckpt: SAKER_CKPT_PARENTS: '" + d + "' is not a SHA-256 digest; ignored");
+      const bool known = std::any_of(r.parents.begin(), r.parents.end(), [&](const Parent& p) { return p.sha256 == d; });
+      if (!is_sha256(d)) log::warn("ckpt: SAKER_CKPT_PARENTS: '" + d + "' is not a SHA-256 digest; ignored");
+      else if (!known) r.parents.push_back({d, "", 0, "SAKER_CKPT_PARENTS"});  // one the program loaded is named once
       a = b + 1;
     }
   }

@@ -7,6 +7,7 @@
 #include "saker/ckpt.hpp"
 #include "sweep/decide.hpp"
 #include "sweep/metrics.hpp"
+#include "sweep/parents.hpp"
 
 namespace saker::sweep {
 
@@ -186,7 +187,8 @@ int run_worker(const Spec& spec, const Store& store, const WorkerOptions& o, std
             << " resumes from its checkpoint when its job runs again)\n";
         return kWorkerPreempted;
       }
-      const Command cmd = trial_command(spec, store, trial, rungs[rung]);
+      Command cmd = trial_command(spec, store, trial, rungs[rung]);
+      add_parents(cmd, spec.lineage(trial.id));  // what this segment resumes from
       out << "saker-sweep: trial " << trial.id << " rung " << rung << ": " << rungs[rung] << " steps: "
           << CommandTemplate::shell_line(cmd.argv) << "\n";
       out.flush();

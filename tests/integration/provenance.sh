@@ -107,20 +107,61 @@ assert_rc 0 "the resume names its parent" -- "$CKPT" provenance "$c30"
 assert_contains "$IT_OUT" "\"sha256\":\"$(sha256sum "$c20" | cut -d' ' -f1)\"},\"annotations\":{\"runId\"" "by the digest of step 20"
 assert_contains "$IT_OUT" "\"jobId\":\"$job2\"" "and its own job"
 
-# A 4-trial sweep (a job array) from run1's checkpoint: each trial names it through
-# SAKER_CKPT_PARENTS, as a sweep launcher would, and each attestation states its array task.
-base=$(sha256sum "$c20" | cut -d' ' -f1)
-sweep=$(sbatch --parsable --array=1-4 -p cpu-ae --dataset=imagenet@2012 -o "$IT_PREFIX/prov-sweep-%a.out" \
-  --wrap "srun env SAKER_CKPT_PARENTS=sha256:$base $WRITER $work/sweep/t\$SLURM_ARRAY_TASK_ID 1")
-it_wait_for 90 "the 4 trials of sweep $sweep end" bash -c "! squeue -h -j $sweep | grep -q ."
-for t in 1 2 3 4; do
-  trial=$work/sweep/t$t/ckpt-000000000001.h5
-  assert_rc 0 "trial $t's chain verifies back to run1" -- \
-    "$CKPT" provenance --verify --pubkey "$IT_TMP/site.pub" --search "$ckdir" "$trial"
-  assert_contains "$IT_OUT" "verified: 2 checkpoint(s)" "trial $t and its parent"
-  assert_rc 0 "trial $t's statement" -- "$CKPT" provenance "$trial"
-  assert_contains "$IT_OUT" "\"arrayJobId\":\"$sweep\",\"arrayTaskId\":\"$t\"" "names array task ${sweep}_$t"
+# --- a 4-trial sweep (saker-sweep, one job array) warm-started from a base checkpoint that
+# was trained on pretrain@1 (by flag): ASHA with rungs of 1 and 2 steps, the best half goes
+# on. The trials' program loads nothing (a stand-in for one that reads only the weights):
+# what they descend from is what saker-sweep states in SAKER_CKPT_PARENTS, its own (the
+# base, exported for submit) and, for a promoted trial's next rung, its rung-0 checkpoint.
+# Traced both ways: saker-ckpt find from the dataset down to every trial, and
+# provenance --verify from each trial up to the base.
+SWEEP=$SAKER_BUILDDIR/sweep/saker-sweep/saker-sweep
+jb=$(sbatch --parsable -p cpu-ae --dataset=imagenet@2012 -o "$IT_PREFIX/prov-%j.out" \
+  --wrap "srun $WRITER $work/base 5 --lineage pretrain@1")
+assert_eq COMPLETED "$(it_job_wait "$jb" 60)" "job $jb saves the sweep's base"
+base=$(sha256sum "$work/base/ckpt-000000000005.h5" | cut -d' ' -f1)
+mkdir -p "$work/sw"
+echo "$WRITER \"\$1\" \"\$2\" >/dev/null && echo \"step=\$2 loss=\$3\" >>\"\$4\"" >"$work/sw/trial.sh"
+printf '%s\n' "version: 1" "name: prov" "checkpoints: $work/sweepck" \
+  "command: [bash, $work/sw/trial.sh, '{ckpt_dir}', '{budget}', '{q}', '{metrics}']" \
+  "space: {q: {grid: [4, 1, 3, 2]}}" "metric: {name: loss}" "budget: {steps: 2}" \
+  "early_stopping: {rule: asha, min_steps: 1, reduction: 2}" \
+  "slurm: {concurrency: 4, datasets: [imagenet@2012], options: [-p, cpu-ae, -n, '1']}" >"$work/sw/prov.yaml"
+chown -R $ALICE: "$work/sw"
+cd "$work/sw" || it_fail "cannot enter $work/sw"
+assert_rc 0 "saker-sweep submit, warm-started from the base" -- it_job env SAKER_CKPT_PARENTS=sha256:$base "$SWEEP" submit prov.yaml
+cd - >/dev/null || true
+sweep=$(tail -n 1 "$work/sw/prov.sweep/jobs" | cut -d' ' -f1)
+it_wait_for 120 "the 4 trials of sweep $sweep end" bash -c "[[ -z \$(squeue -h -r -j $sweep 2>/dev/null) ]]"
+rung0=() rung1=()
+for t in 0 1 2 3; do
+  rung0+=("$work/sweepck/prov/trial-$t/ckpt-000000000001.h5")
+  [[ -e $work/sweepck/prov/trial-$t/ckpt-000000000002.h5 ]] && rung1+=("$work/sweepck/prov/trial-$t/ckpt-000000000002.h5")
 done
+assert_eq "4 2" "$(ls "${rung0[@]}" | wc -l) $(( ${#rung1[@]} >= 2 ? 2 : ${#rung1[@]} ))" \
+  "4 trials checkpointed rung 0, and at least the best 2 went on to rung 1 (${#rung1[@]} did)"
+for c in "${rung0[@]}"; do
+  t=$(basename "$(dirname "$c")")
+  assert_rc 0 "$t rung 0: its chain verifies back to the base" -- \
+    "$CKPT" provenance --verify --pubkey "$IT_TMP/site.pub" --search "$work/base" --search "$(dirname "$c")" "$c"
+  assert_contains "$IT_OUT" "verified: 2 checkpoint(s)" "$t rung 0 and the base"
+  assert_rc 0 "$t's statement" -- "$CKPT" provenance "$c"
+  assert_contains "$IT_OUT" "\"arrayJobId\":\"$sweep\",\"arrayTaskId\":\"${t#trial-}\"" "names array task ${sweep}_${t#trial-}"
+done
+for c in "${rung1[@]}"; do
+  t=$(basename "$(dirname "$c")")
+  assert_rc 0 "$t rung 1 (promoted): its chain verifies through rung 0 to the base" -- \
+    "$CKPT" provenance --verify --pubkey "$IT_TMP/site.pub" --search "$work/base" --search "$(dirname "$c")" "$c"
+  assert_contains "$IT_OUT" "verified: 3 checkpoint(s)" "$t rung 1, its rung 0 and the base"
+  assert_rc 0 "$t rung 1's statement" -- "$CKPT" provenance "$c"
+  assert_contains "$IT_OUT" "\"sha256\":\"$(sha256sum "$(dirname "$c")/ckpt-000000000001.h5" | cut -d' ' -f1)\"},\"annotations\"" \
+    "names its rung-0 checkpoint as parent"
+done
+assert_rc 0 "saker-ckpt find --dataset pretrain@1 (the base's, by flag)" -- "$CKPT" find --json --dataset pretrain@1 "$work/base" "$work/sweepck"
+found=$(/usr/bin/python3 -c 'import json,sys; print(" ".join(sorted("%s:%d" % (f["file"], f["generation"]) for f in json.loads(sys.argv[1])["checkpoints"])))' "$IT_OUT")
+want=$( (echo "$work/base/ckpt-000000000005.h5:0"; for c in "${rung0[@]}"; do echo "$c:1"; done; for c in "${rung1[@]}"; do echo "$c:2"; done) | sort | tr '\n' ' ')
+assert_eq "${want% }" "$found" "finds the base, the 4 trials through the base and the promoted rungs through their rung 0"
+assert_rc 0 "saker-ckpt find --dataset pretrain@2" -- "$CKPT" find --json --dataset pretrain@2 "$work/base" "$work/sweepck"
+assert_eq 0 "$(/usr/bin/python3 -c 'import json,sys; print(len(json.loads(sys.argv[1])["checkpoints"]))' "$IT_OUT")" "and nothing of another version"
 
 assert_rc 0 "saker-ckpt show summarises the provenance" -- "$CKPT" show "$c30"
 assert_contains "$IT_OUT" "attestation:    job $job2 step 0, enforced datasets imagenet@2012" "the attested job and datasets"

@@ -142,7 +142,8 @@ TEST_CASE("provenance: a resume and a fine-tune name their parent by digest; SAK
     Checkpointer other(d / "finetune");
     other.load(first);  // another run's checkpoint as the starting point
     const std::string trial = std::string(64, 'e');
-    ::setenv("SAKER_CKPT_PARENTS", ("sha256:" + trial).c_str(), 1);
+    // A launcher that names what the program also loaded (saker-sweep's next rung): once.
+    ::setenv("SAKER_CKPT_PARENTS", ("sha256:" + trial + ",sha256:" + first_digest).c_str(), 1);
     const auto r = record_of(other.save(make_state(1)).file);
     ::unsetenv("SAKER_CKPT_PARENTS");
     REQUIRE(r.parents.size() == 2);
