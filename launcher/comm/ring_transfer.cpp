@@ -146,17 +146,37 @@ bool receive_some(Mesh& mesh, int fd, aead::SealedReceiver* rx, const std::funct
   return false;
 }
 
-// After a try that moved nothing: a small exchange keeps the core (yielding it) until
-// kBusyPoll has passed since it went idle. Returns whether to try again at once.
-bool spin(Mesh& mesh, bool busy_poll, net::Clock::time_point& idle_since, const char* during) {
-  if (!busy_poll) return false;
-  auto now = net::Clock::now();
-  if (idle_since == net::Clock::time_point{}) idle_since = now;
-  if (now - idle_since >= kBusyPoll) return false;
-  mesh.check_abort(during);
-  sched_yield();
-  return true;
-}
+// A transfer loop's patience: the timeout's deadline, renewed whenever bytes move, and
+// for a small exchange the busy poll before it sleeps in poll().
+class Patience {
+ public:
+  Patience(Mesh& mesh, bool busy_poll) : mesh_(mesh), busy_poll_(busy_poll), deadline_(net::deadline_in(mesh.timeout())) {}
+  // Bytes moved: a new deadline, and a new busy poll once idle again.
+  void moved() {
+    renew();
+    idle_since_ = {};
+  }
+  void renew() { deadline_ = net::deadline_in(mesh_.timeout()); }
+  // After a try that moved nothing: a small exchange keeps the core (yielding it) until
+  // kBusyPoll has passed since it went idle. Returns whether to try again at once.
+  bool spin(const char* during) {
+    if (!busy_poll_) return false;
+    auto now = net::Clock::now();
+    if (idle_since_ == net::Clock::time_point{}) idle_since_ = now;
+    if (now - idle_since_ >= kBusyPoll) return false;
+    mesh_.check_abort(during);
+    sched_yield();
+    return true;
+  }
+  int poll_ms() const { return net::poll_ms(deadline_); }
+  bool over() const { return net::Clock::now() >= deadline_; }
+
+ private:
+  Mesh& mesh_;
+  const bool busy_poll_;
+  net::Deadline deadline_;
+  net::Clock::time_point idle_since_{};
+};
 
 // The send thread gave up: a notice of the real culprit if one came, else the next member.
 [[noreturn]] void send_thread_failed(Mesh& mesh, SendThread& sender, const char* during, int next) {
@@ -217,9 +237,7 @@ void Ring::exchange(const void* sbuf, std::size_t slen, void* rbuf, std::size_t 
   }
   auto sending = [&] { return tx ? !sender && !tx->done() : sent < slen; };
   std::size_t sender_seen = 0;
-  auto deadline = net::deadline_in(mesh_.timeout());
-  const bool busy_poll = slen + rlen <= plan_.busy_poll_bytes;
-  net::Clock::time_point idle_since{};
+  Patience patience(mesh_, slen + rlen <= plan_.busy_poll_bytes);
   while (sending() || got < rlen) {
     bool progress = false;
     std::size_t send_limit = forward ? std::min(got, slen) : slen;
@@ -239,23 +257,22 @@ void Ring::exchange(const void* sbuf, std::size_t slen, void* rbuf, std::size_t 
     }
     if (sender && sender->failed()) send_thread_failed(mesh_, *sender, during, next);
     if (progress) {
-      deadline = net::deadline_in(mesh_.timeout());
-      idle_since = {};
+      patience.moved();
       continue;
     }
-    if (spin(mesh_, busy_poll, idle_since, during)) continue;
+    if (patience.spin(during)) continue;
     if (sender && sender->sent() != sender_seen) {
       sender_seen = sender->sent();
-      deadline = net::deadline_in(mesh_.timeout());
+      patience.renew();
     }
     pollfd fds[3];
     int nf = 0;
     if (tx ? !sender && tx->can_send(send_limit) : sent < send_limit) fds[nf++] = {sfd, POLLOUT, 0};
     if (got < rlen) fds[nf++] = {rfd, POLLIN, 0};
     fds[nf++] = {mesh_.abort_fd(), POLLIN, 0};
-    poll(fds, static_cast<nfds_t>(nf), net::poll_ms(deadline));
+    poll(fds, static_cast<nfds_t>(nf), patience.poll_ms());
     mesh_.check_abort(during);
-    if (net::Clock::now() >= deadline) {
+    if (patience.over()) {
       int culprit = got < rlen ? prev : next;
       mesh_.fail(during, culprit, no_answer(mesh_, culprit));
     }
@@ -280,9 +297,7 @@ void Ring::exchange_all(std::vector<Transfer>& xs, const char* during) {
   auto sending = [](const Transfer& x) { return x.tx ? !x.tx->done() : x.sent < x.slen; };
   std::size_t total = 0;
   for (const Transfer& x : xs) total += x.slen + x.rlen;
-  const bool busy_poll = total <= plan_.busy_poll_bytes;
-  auto deadline = net::deadline_in(mesh_.timeout());
-  net::Clock::time_point idle_since{};
+  Patience patience(mesh_, total <= plan_.busy_poll_bytes);
   std::vector<pollfd> pfds;
   while (true) {
     bool progress = false, done = true;
@@ -295,20 +310,19 @@ void Ring::exchange_all(std::vector<Transfer>& xs, const char* during) {
     }
     if (done) return;
     if (progress) {
-      deadline = net::deadline_in(mesh_.timeout());
-      idle_since = {};
+      patience.moved();
       continue;
     }
-    if (spin(mesh_, busy_poll, idle_since, during)) continue;
+    if (patience.spin(during)) continue;
     pfds.clear();
     for (std::size_t i = 0; i < xs.size(); ++i) {
       if (sending(xs[i])) pfds.push_back({sfds[i], POLLOUT, 0});
       if (xs[i].got < xs[i].rlen) pfds.push_back({rfds[i], POLLIN, 0});
     }
     pfds.push_back({mesh_.abort_fd(), POLLIN, 0});
-    poll(pfds.data(), static_cast<nfds_t>(pfds.size()), net::poll_ms(deadline));
+    poll(pfds.data(), static_cast<nfds_t>(pfds.size()), patience.poll_ms());
     mesh_.check_abort(during);
-    if (net::Clock::now() >= deadline) {
+    if (patience.over()) {
       for (const Transfer& x : xs)
         if (x.got < x.rlen || sending(x))
           mesh_.fail(during, x.peer, no_answer(mesh_, x.peer));
