@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "saker/comm.hpp"
 
@@ -188,8 +189,12 @@ PYBIND11_MODULE(_comm, m) {
           "NCCL allreduce of device memory, enqueued on the given cudaStream_t (returns once enqueued).")
       .def(
           "enqueue_allreduce",
-          [](Communicator& c, const std::string& name, std::uintptr_t data, std::size_t count, int dtype,
-             int op) { return c.enqueue_allreduce(name, ptr(data), count, dtype_of(dtype), op_of(op)); },
-          py::call_guard<py::gil_scoped_release>(),
-          "Named allreduce through the fusion buffer (any order across ranks).");
+          [](Communicator& c, const std::string& name, std::uintptr_t data, std::size_t count, int dtype, int op,
+             const std::vector<std::int64_t>& shape) {
+            return c.enqueue_allreduce(name, ptr(data), count, dtype_of(dtype), op_of(op), shape);
+          },
+          py::arg("name"), py::arg("data"), py::arg("count"), py::arg("dtype"), py::arg("op"),
+          py::arg("shape") = std::vector<std::int64_t>{}, py::call_guard<py::gil_scoped_release>(),
+          "Named allreduce through the fusion buffer (any order across ranks). The ranks compare each name's "
+          "type, op, count and, when given, shape (the tensor's dimensions) before any byte moves.");
 }

@@ -175,6 +175,15 @@ def error_types(r, n):
     raises(ValueError, lambda: hvd.allreduce_async(t, name="duplicate_name"), ["duplicate_name"])
     hvd.synchronize(h)
     check(hvd.synchronize(hvd.allreduce_async(t, name="duplicate_name")) is not None, "the name is free again")
+    # alltoall's rules: integer splits; without splits the rows divide evenly. One rank
+    # breaking them is refused on every rank (ValueError, naming it), and the job goes on.
+    bad = r == n - 1
+    raises(ValueError, lambda: hvd.alltoall(torch.ones(n), splits=torch.ones(n, dtype=torch.float32 if bad else
+                                                                               torch.int32)),
+           [f"rank {n - 1} gave splits that are not integers"])
+    raises(ValueError, lambda: hvd.alltoall(torch.ones(n + 1 if bad else n)),
+           [f"rank {n - 1} gave no splits", f"({n + 1}) is not a multiple of the number of ranks ({n})"])
+    check(torch.equal(hvd.alltoall(torch.ones(n) * r), torch.arange(float(n))), "alltoall goes on after refusals")
 
 
 class Sparse(torch.nn.Module):
@@ -294,6 +303,12 @@ def mismatch(r, n, only=None):
         check(all(m == got[0] for m in got), f"{what}: the same error on every rank: {got}")
         if r == 0:
             print(f"mismatch {what}: {msg}", flush=True)
+    # allreduce_ of a tensor of the same count and another shape: refused before any byte
+    # moves (the fusion negotiation compares shapes), so the in-place tensor keeps its values.
+    if not only or only == "allreduce_ in place":
+        t = torch.full((3, 2) if other else (2, 3), float(r + 1))
+        raises(RuntimeError, lambda: hvd.allreduce_(t, name="ar.inplace"), ["ar.inplace", "[2, 3]", "[3, 2]"])
+        check(torch.equal(t, torch.full(t.shape, float(r + 1))), f"refused allreduce_ left the tensor alone: {t}")
     # A join during an allgather or a broadcast: the ranks that did not join raise, then join.
     for kind in ("allgather", "broadcast"):
         if only and only != "join " + kind:

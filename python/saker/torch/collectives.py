@@ -22,9 +22,9 @@ int64; three 7-bit hashes; [h, -h] for Min/Max), so that the fusion buffer fuses
 a larger or half-precision tensor's fingerprint goes alone (int64: fused, it would cost
 the large tensor a copy through the fusion buffer; alone, it costs a 64 MiB allreduce
 0.2-0.4 ms, see saker-torch(7)). The fusion negotiation itself already
-refuses a different count, dtype or op under one name, so bytes are never reinterpreted;
-a shape that differs with the same count is found after the reduction (an in-place tensor
-then holds the elementwise result). DistributedOptimizer's gradients carry no fingerprint:
+refuses a different count, dtype, op or shape under one name (each allreduce passes its
+tensor's dimensions), so bytes are never reinterpreted and a refused tensor, in place or
+not, keeps its values. DistributedOptimizer's gradients carry no fingerprint:
 it compares its parameters once, when it is built. The torch.distributed backend does not
 run the check (its hot path stays as it was).
 """
@@ -237,7 +237,7 @@ class _Check:
         """Whether an allreduce of dtype on n ranks has a fingerprint of its own dtype and op."""
         return dtype in (torch.float32, torch.float64, torch.int32, torch.int64) and n <= 256
 
-    def __init__(self, comm, tag, desc, dtype=torch.int64, op=None):
+    def __init__(self, comm, tag, desc, dtype=torch.int64, op=None, extra=None):
         self.comm, self.tag, self.desc = comm, tag, desc
         self.op = op if op is not None else Sum
         n = comm.size()
@@ -249,13 +249,21 @@ class _Check:
             vals = [v for h in hs for v in (h, -h)]
         else:
             vals = [1] + [v for h in hs for v in (h, h * h)]
+        self.width = len(vals)
         self.vec = torch.tensor(vals, dtype=dtype)
-        self.handle = _lib(comm.enqueue_allreduce, tag, self.vec.data_ptr(), len(vals), _DTYPES[dtype], self.op.code)
+        if extra is not None:  # int64 values summed over the ranks in the same round (an int64 Sum check)
+            self.vec = torch.cat([self.vec, extra.reshape(-1)])
+        self.handle = _lib(comm.enqueue_allreduce, tag, self.vec.data_ptr(), self.vec.numel(), _DTYPES[dtype],
+                           self.op.code)
+
+    def extra(self):
+        """The extra values, summed over the ranks (after agreed())."""
+        return self.vec[self.width:]
 
     def agreed(self, need_all):
         _wait(self.handle)
         n = self.comm.size()
-        v = self.vec.tolist()
+        v = self.vec[: self.width].tolist()
         if self.op in (Min, Max):  # an allreduce's check: joined ranks are invisible, which is fine there
             return all(v[i] == -v[i + 1] for i in range(0, len(v), 2))
         if self.op is Average:
@@ -321,18 +329,20 @@ def _mismatch_message(rows):
             "same name, dtype, shape, root and op")
 
 
-def _verify_ordered(desc):
+def _verify_ordered(desc, extra=None):
     """Before an ordered collective (broadcast, allgather, alltoall): every rank submits the
-    same one, and every rank is there (none has called join()). Raises on every rank alike."""
+    same one, and every rank is there (none has called join()). Raises on every rank alike.
+    extra (int64), when given, is summed over the ranks in the same round and returned."""
     global _ordered
     comm = runtime.comm()
     if comm.size() == 1:
-        return
+        return extra
     tag = f"saker.check/ordered.{_ordered}"
     _ordered += 1
-    check = _Check(comm, tag, desc)
+    check = _Check(comm, tag, desc, extra=extra)
     if not check.agreed(need_all=True):
         raise check.error()
+    return check.extra() if extra is not None else None
 
 
 # ---- allreduce ----
@@ -371,7 +381,7 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
         small = buf.numel() * buf.element_size() <= _FUSE_CHECK_BYTES
         check = _Check(comm, "saker.check/" + name, _describe(kind, name, tensor, op=op),
                        buf.dtype if small else torch.int64, _CODES[code] if small else Sum)
-    handle = _lib(comm.enqueue_allreduce, name, buf.data_ptr(), buf.numel(), dtype, code)
+    handle = _lib(comm.enqueue_allreduce, name, buf.data_ptr(), buf.numel(), dtype, code, list(tensor.shape))
     _inflight.add(name)
 
     def finish():
@@ -760,20 +770,16 @@ def _alltoall_start(tensor, splits, name):
     t, _ = _host_buffer(tensor.detach())
     if t.dim() == 0:
         raise ValueError("alltoall: the tensor needs at least one dimension")
-    _verify_ordered(_describe("alltoall", name, tensor, ragged=True))
-    if splits is None:
-        mine = _even_split(t.shape[0], n)
-    else:
-        mine = [int(s) for s in (splits.tolist() if torch.is_tensor(splits) else splits)]
-    # Every rank sees every rank's splits, so a bad one fails on every rank alike.
-    row = torch.tensor((mine + [-1] * n)[:n] + [len(mine), t.shape[0]], dtype=torch.int64)
+    # Every rank's splits ride in the cross-rank check's own round (one table, each rank
+    # filling its row), so that every rank sees them all before any byte moves and a bad
+    # one fails on every rank alike.
+    row, mine = _alltoall_row(t.shape[0], splits, n)
     table = torch.zeros(n, n + 2, dtype=torch.int64)
-    _lib(comm.allgather, row.data_ptr(), table.data_ptr(), row.numel() * 8)
+    table[me] = row
+    got = _verify_ordered(_describe("alltoall", name, tensor, ragged=True), extra=table)
+    table = got.view(n, n + 2) if got is not None else table
     for r in range(n):
-        got, length, rows = table[r, :n].tolist(), int(table[r, n]), int(table[r, n + 1])
-        if length != n or any(s < 0 for s in got) or sum(got) != rows:
-            raise ValueError(f"alltoall of tensor '{name or ''}': rank {r}'s splits {got[:length]} must be "
-                             f"{n} non-negative counts that add up to its first dimension ({rows})")
+        _alltoall_refusal(name, r, table[r].tolist(), n)
     received = table[:, me]
     tail = tuple(t.shape[1:])
     out = torch.empty((int(received.sum()),) + tail, dtype=t.dtype)
@@ -786,6 +792,37 @@ def _alltoall_start(tensor, splits, name):
         # moves (a mismatch raises on every rank), then every pair exchanges directly.
         _lib(comm.alltoallv, t.data_ptr(), mine, out.data_ptr(), received.tolist(), row_elems, code, name or "")
     return _done((out.to(tensor.device), received.to(torch.int32)))
+
+
+_SPLITS_NOT_INT, _ROWS_NOT_EVEN = -2, -3  # in a row's length column: why its splits are refused
+
+
+def _alltoall_row(rows, splits, n):
+    """This rank's row of the splits table: n counts, their number, the first dimension.
+    Splits that are not integers, or no splits and rows that do not divide evenly
+    (Horovod's rule), are marked in the length column instead, for every rank to refuse."""
+    if splits is None:
+        mine = [rows // n] * n
+        length = n if rows % n == 0 else _ROWS_NOT_EVEN
+    elif torch.is_tensor(splits) and (splits.is_floating_point() or splits.is_complex() or splits.dtype == torch.bool):
+        mine, length = [], _SPLITS_NOT_INT
+    else:
+        mine = [int(s) for s in (splits.tolist() if torch.is_tensor(splits) else splits)]
+        length = len(mine)
+    return torch.tensor((mine + [-1] * n)[:n] + [length, rows], dtype=torch.int64), mine
+
+
+def _alltoall_refusal(name, r, row, n):
+    got, length, rows = row[:n], row[n], row[n + 1]
+    what = f"alltoall of tensor '{name or ''}': rank {r}"
+    if length == _SPLITS_NOT_INT:
+        raise ValueError(f"{what} gave splits that are not integers; pass a tensor of int32 counts")
+    if length == _ROWS_NOT_EVEN:
+        raise ValueError(f"{what} gave no splits and its first dimension ({rows}) is not a multiple of the "
+                         f"number of ranks ({n}); pass splits, or a first dimension divisible by {n}")
+    if length != n or any(s < 0 for s in got) or sum(got) != rows:
+        raise ValueError(f"{what}'s splits {got[:max(length, 0)]} must be {n} non-negative counts that add up "
+                         f"to its first dimension ({rows})")
 
 
 def _alltoall_bytes(comm, t, out, mine, received, row_bytes, name):
