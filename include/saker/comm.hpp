@@ -269,6 +269,7 @@ class Communicator {
   struct Impl;
 
  private:
+  friend class OrderedReduce;  // its chain of nodes (ordered_nodes.hpp) runs on the mesh itself
   explicit Communicator(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

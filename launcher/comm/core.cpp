@@ -35,12 +35,12 @@ static int ranks_on_this_machine(const Mesh& mesh) {
   return here;
 }
 
-static LinkPlan plan_for(const Mesh& mesh) {
+LinkPlan plan_for(const Mesh& mesh) {
   return plan_links(cores_online(), ranks_on_this_machine(mesh), last_level_cache());
 }
 
 // Transit::encrypt: every link's directions sealed with the keys of its handshake.
-static std::unique_ptr<aead::LinkCiphers> ciphers_for(Mesh& mesh, const Options& options) {
+std::unique_ptr<aead::LinkCiphers> ciphers_for(Mesh& mesh, const Options& options) {
   if (options.transit != Transit::encrypt) return nullptr;
   return std::make_unique<aead::LinkCiphers>(
       [&mesh](int peer, int channel) {

@@ -23,6 +23,11 @@ struct Topology {
   static Topology from_peers(const std::vector<PeerInfo>& peers);
 };
 
+// How this rank drives its links (tuning.hpp), and under Transit::encrypt the sealed
+// directions of one channel's links (null otherwise): what every Ring on the mesh takes.
+LinkPlan plan_for(const Mesh& mesh);
+std::unique_ptr<aead::LinkCiphers> ciphers_for(Mesh& mesh, const Options& options);
+
 class Core {
  public:
   Core(Mesh& mesh, const Topology& topo, int channel, const Options& options, Timeline* timeline);

@@ -45,6 +45,10 @@ struct Communicator::Impl {
   std::unique_ptr<telemetry::CommCountersPublisher> counters;  // SAKER_TELEMETRY_DIR (comm_counters.hpp)
   std::unique_ptr<Core> user;    // channel 0
   std::unique_ptr<Core> fusion;  // channel 1
+  // The canonical-order sum's node chain (ordered_nodes.hpp, channel 2) under
+  // Transit::encrypt: made once, whatever number of chains come and go, since a link's
+  // sealing sequence numbers are the link's (a second set would reuse nonces).
+  std::unique_ptr<aead::LinkCiphers> chain_ciphers;
   Transport transport = Transport::automatic;  // resolved
   int local_rank = 0;
 

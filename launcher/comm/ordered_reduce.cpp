@@ -1,9 +1,13 @@
 #include "launcher/comm/ordered_reduce.hpp"
 
 #include <algorithm>
+#include <array>
+#include <chrono>
 #include <cstring>
 
 #include "common/error.hpp"
+#include "launcher/comm/impl.hpp"
+#include "launcher/comm/ordered_nodes.hpp"
 #include "launcher/comm/reduce.hpp"
 #include "launcher/comm/ring.hpp"
 #include "launcher/comm/shm_ordered.hpp"
@@ -89,7 +93,12 @@ void canonical_sum(std::span<const float* const> parts, std::size_t count, float
 OrderedReduce::OrderedReduce(Communicator& comm, int logical) : comm_(comm), map_(logical, comm.size()) {
   // Every rank constructs this with the same L on the same topology, so every rank
   // takes the same path.
+  Communicator::Impl& impl = *comm.impl_;
   if (ShmOrdered::usable(comm)) shm_ = std::make_unique<ShmOrdered>(comm, map_);
+  else if (comm.transport() == Transport::hierarchical && NodeChain::usable(impl.topo, map_)) {
+    if (!impl.chain_ciphers) impl.chain_ciphers = ciphers_for(*impl.mesh, impl.options);
+    chain_ = std::make_unique<NodeChain>(*impl.mesh, impl.topo, impl.options, map_, impl.chain_ciphers.get());
+  }
   else if (ring_path() && comm.size() > 1) comm.set_transport(Transport::ring);
 }
 
@@ -102,6 +111,11 @@ void OrderedReduce::sum(std::span<float* const> parts, std::size_t count, float*
     shm_->sum(parts, count, out);
     return;
   }
+  if (chain_) {
+    if (map_.logical() == map_.world()) chain_or_ring(parts, count, out);
+    else chain_->sum(parts, count, out);
+    return;
+  }
   if (ring_path()) {
     if (parts[0] != out) std::memcpy(out, parts[0], count * sizeof(float));
     if (map_.world() > 1) comm_.allreduce(out, count, DataType::f32, ReduceOp::sum);
@@ -112,6 +126,29 @@ void OrderedReduce::sum(std::span<float* const> parts, std::size_t count, float*
     return;
   }
   owner_sum(parts, count, out);
+}
+
+// The node chain or one ring allreduce over every rank (one worker per rank: the canonical
+// order is that ring's), whichever the ranks found faster for this size (see the top of
+// ordered_reduce.hpp). As Ring::send_thread_for: the slowest rank's figure for each way
+// decides, so every rank picks the same, and the schedule of agreements counts calls only.
+void OrderedReduce::chain_or_ring(std::span<float* const> parts, std::size_t count, float* out) {
+  const std::size_t bytes = count * sizeof(float);
+  if (flat_ring_.agreement_due(bytes)) {
+    std::array<double, 2> pooled = flat_ring_.figures(bytes);
+    comm_.allreduce(pooled.data(), pooled.size(), DataType::f64, ReduceOp::max);  // max: any order
+    flat_ring_.agree(bytes, pooled[1] < pooled[0]);
+  }
+  const bool ring = flat_ring_.second(bytes);
+  const auto started = std::chrono::steady_clock::now();
+  if (ring) {
+    if (parts[0] != out) std::memcpy(out, parts[0], bytes);
+    Communicator::Impl& i = *comm_.impl_;
+    i.run_sync([&] { i.user->allreduce(out, count, DataType::f32, ReduceOp::sum, Transport::ring); });
+  } else {
+    chain_->sum(parts, count, out);
+  }
+  flat_ring_.record(bytes, ring, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
 }
 
 // Rank q reduces the canonical segments of its own logical workers,

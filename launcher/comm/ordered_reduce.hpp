@@ -14,6 +14,15 @@
 //     mapping. The communicator's own shared-memory allreduce sums in rank order, a
 //     different order, which is why a 4-rank run on one node used to end with another
 //     hash than on 4 nodes.
+//   - several nodes with several ranks each, each node's ranks consecutive and each node
+//     computing a logical worker (the communicator on its hierarchical transport, its
+//     default there): shared memory inside a node and a ring of node leaders that passes
+//     each segment's running sum on from node to node (NodeChain, ordered_nodes.hpp), for
+//     any mapping. Before it, these ran the flat ring over every rank. With one worker per
+//     rank the flat ring gives the same bits too, and which of the two is faster depends
+//     on the network (the chain sends each node's bytes once, the ring every rank's) and
+//     on the node (the chain's leader folds alone): the ranks time both per size class
+//     and agree on the pick (TimedChoice, tuning.hpp), which never changes a result.
 //   - L == world size, one worker per rank, across nodes (or SAKER_COMM_TRANSPORT=ring):
 //     one ring allreduce (the communicator is set to Transport::ring). The bytes moved
 //     are exactly a ring allreduce's.
@@ -31,9 +40,12 @@
 #include <string>
 #include <vector>
 
+#include "launcher/comm/tuning.hpp"
+
 namespace saker::comm {
 
 class Communicator;
+class NodeChain;
 class ShmOrdered;
 
 // Which logical workers each rank computes: contiguous blocks in logical order, rank r
@@ -61,15 +73,18 @@ void canonical_sum(std::span<const float* const> parts, std::size_t count, float
 // every rank constructs it with the same L and calls sum() with the same count.
 class OrderedReduce {
  public:
-  // Takes shared memory where ShmOrdered::usable(comm); otherwise sets comm to
+  // Takes shared memory where ShmOrdered::usable(comm), the node chain where the
+  // communicator is hierarchical and NodeChain::usable; otherwise sets comm to
   // Transport::ring when L equals its size (see the top of this file).
   OrderedReduce(Communicator& comm, int logical);
   ~OrderedReduce();
   const LogicalMap& map() const { return map_; }
   // True when one ring allreduce does it (L == world size, not on shared memory).
-  bool ring_path() const { return !shm_ && map_.logical() == map_.world(); }
-  // True when it goes through the node's shared memory.
+  bool ring_path() const { return !shm_ && !chain_ && map_.logical() == map_.world(); }
+  // True when it goes through the node's shared memory (every rank on one node).
   bool shm_path() const { return shm_ != nullptr; }
+  // True when it goes through each node's shared memory and a ring of node leaders.
+  bool chain_path() const { return chain_ != nullptr; }
   // parts: this rank's map().count(rank) contributions, in logical order, `count` floats
   // each; out (count floats) receives the canonical sum on every rank. On the ring path
   // parts[0] may be out itself (reduced in place).
@@ -77,10 +92,13 @@ class OrderedReduce {
 
  private:
   void owner_sum(std::span<float* const> parts, std::size_t count, float* out);
+  void chain_or_ring(std::span<float* const> parts, std::size_t count, float* out);
 
   Communicator& comm_;
   LogicalMap map_;
   std::unique_ptr<ShmOrdered> shm_;
+  std::unique_ptr<NodeChain> chain_;
+  TimedChoice flat_ring_;  // second(): the flat ring instead of the chain (one worker per rank)
   std::vector<float> send_, recv_, gathered_;
 };
 

@@ -266,6 +266,124 @@ TEST_CASE("ordered reduce through shared memory: a rank that stops coming is nam
   CHECK(segments_left() == 0);
 }
 
+namespace {
+
+struct Layout {
+  std::vector<std::string> nodes;  // rank r's node
+  int logical;
+};
+
+// ranks_per_node {2, 3}: ranks 0-1 on node0, 2-4 on node1.
+Layout blocks(std::vector<int> ranks_per_node, int logical) {
+  Layout l{{}, logical};
+  for (std::size_t j = 0; j < ranks_per_node.size(); ++j)
+    for (int k = 0; k < ranks_per_node[j]; ++k) l.nodes.push_back("node" + std::to_string(j));
+  return l;
+}
+
+// Every rank's result of OrderedReduce on this layout (and how many took the node chain).
+std::vector<std::vector<float>> over_layout(const Layout& layout, std::size_t count, int& chained,
+                                            Transit transit = Transit::auth) {
+  const int world = static_cast<int>(layout.nodes.size());
+  std::vector<std::vector<float>> results(static_cast<std::size_t>(world));
+  std::mutex mu;
+  chained = 0;
+  Options o = saker::comm::test::quick_options();
+  o.transit = transit;
+  run_ranks(world, [&](Communicator& comm, saker::comm::test::Failures&) {
+    OrderedReduce reduce(comm, layout.logical);
+    const LogicalMap& map = reduce.map();
+    std::vector<std::vector<float>> mine;
+    std::vector<float*> ptrs;
+    for (int j = 0; j < map.count(comm.rank()); ++j) mine.push_back(contribution(map.first(comm.rank()) + j, count));
+    for (auto& m : mine) ptrs.push_back(m.data());
+    std::vector<float> out(count);
+    // Twice, the second in place where the rank has a worker: the chain's buffers and the
+    // node's segment are reused, and out may alias the first contribution.
+    reduce.sum(ptrs, count, out.data());
+    std::vector<float> again(count);
+    if (!ptrs.empty()) {
+      std::copy(mine[0].begin(), mine[0].end(), again.begin());
+      ptrs[0] = again.data();
+    }
+    reduce.sum(ptrs, count, again.data());
+    if (!same_bits(again, out)) out.assign(count, 0.0f);  // the check below then fails
+    std::lock_guard lock(mu);
+    chained += reduce.chain_path() ? 1 : 0;
+    results[static_cast<std::size_t>(comm.rank())] = out;
+  }, o, layout.nodes);
+  return results;
+}
+
+}  // namespace
+
+TEST_CASE("ordered reduce over several nodes of several ranks: shared memory in a node, the flat canonical bits",
+          "[comm][ordered][nodes]") {
+  // 5 floats leave segments empty; 4099 is one window; 1 Mi + 4097 floats take several
+  // windows for L = 4 (262144 elements of each segment a window), the last one short.
+  const std::vector<Layout> layouts = {
+      blocks({2, 2}, 4),        // 2 nodes x 2 ranks
+      blocks({3, 3}, 6),        // 2 x 3
+      blocks({2, 2, 2}, 6),     // 3 x 2
+      blocks({3, 1}, 4),        // uneven: 3 ranks and 1
+      blocks({1, 2, 3}, 6),     // uneven, 3 nodes
+      blocks({2, 2}, 7),        // L > ranks: ranks compute 1 or 2 workers
+      blocks({2, 3}, 9),        // L > ranks, uneven
+      blocks({2, 2, 1}, 11),
+      blocks({2, 2}, 3),        // L < ranks: rank 0, a leader, computes no worker
+      blocks({2, 4}, 4),        // rank 3, not a leader, computes none
+  };
+  for (std::size_t count : {std::size_t{5}, std::size_t{4099}}) {
+    for (const Layout& layout : layouts) {
+      INFO("L " << layout.logical << ", " << layout.nodes.size() << " ranks, count " << count);
+      const std::vector<float> want = reference(layout.logical, count);
+      int chained = 0;
+      for (const auto& got : over_layout(layout, count, chained)) CHECK(same_bits(got, want));
+      CHECK(chained == static_cast<int>(layout.nodes.size()));
+    }
+  }
+  const std::size_t big = (1u << 20) + 4097;
+  for (const Layout& layout : {blocks({2, 2}, 4), blocks({1, 2, 3}, 6)}) {
+    INFO("L " << layout.logical << ", several windows, count " << big);
+    int chained = 0;
+    const std::vector<float> want = reference(layout.logical, big);
+    for (const auto& got : over_layout(layout, big, chained)) CHECK(same_bits(got, want));
+    CHECK(chained == static_cast<int>(layout.nodes.size()));
+  }
+  // Sealed links between the leaders (Transit::encrypt) carry the same bits.
+  int chained = 0;
+  for (const auto& got : over_layout(blocks({2, 3}, 5), 4099, chained, Transit::encrypt))
+    CHECK(same_bits(got, reference(5, 4099)));
+  CHECK(chained == 5);
+  CHECK(segments_left() == 0);
+}
+
+TEST_CASE("ordered reduce over nodes: the order is pinned (a node-by-node sum gives other bits), and layouts the "
+          "chain cannot take keep the flat path",
+          "[comm][ordered][nodes]") {
+  // What a hierarchical sum does (each node's terms first, then the nodes' sums): the
+  // communicator's own allreduce on 2 nodes x 2 ranks. On this data it differs from the
+  // canonical order, so the equality above would fail if the chain folded node by node.
+  const std::size_t count = 4099;
+  const Layout layout = blocks({2, 2}, 4);
+  std::vector<std::vector<float>> plain(4);
+  run_ranks(4, [&](Communicator& comm, saker::comm::test::Failures&) {
+    std::vector<float> v = contribution(comm.rank(), count);
+    comm.allreduce(v.data(), count, DataType::f32, ReduceOp::sum);
+    plain[static_cast<std::size_t>(comm.rank())] = v;
+  }, saker::comm::test::quick_options(), layout.nodes);
+  CHECK_FALSE(same_bits(plain[0], reference(4, count)));
+  // Interleaved nodes (ranks 0 and 2 on one, 1 and 3 on the other) and a node without a
+  // worker (5 ranks for 4 workers) are not the chain's: the flat paths, the same bits.
+  int chained = 0;
+  for (const auto& got : over_layout(Layout{{"a", "b", "a", "b"}, 4}, count, chained))
+    CHECK(same_bits(got, reference(4, count)));
+  CHECK(chained == 0);
+  for (const auto& got : over_layout(Layout{{"a", "b", "b", "b", "b"}, 4}, count, chained))
+    CHECK(same_bits(got, reference(4, count)));
+  CHECK(chained == 0);
+}
+
 TEST_CASE("shm segment: a failed start's cleanup closes, unmaps and removes the name (segment::abandon)", "[comm][shm]") {
   const std::string name = saker::shm_names::fresh();  // /saker-PID-HEX: segments_left() sees it
   const std::size_t bytes = 4096;
