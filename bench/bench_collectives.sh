@@ -38,8 +38,8 @@ for ((i = 1; i <= rounds; i++)); do
   echo "round $i/$rounds" >&2
   cxx saker-cxx "$run" --local -n 2 --max-restarts 0 -- "$build/bench/bench_collectives"
   # OpenMPI as bench_allreduce runs it: its default one-node path (shared memory, busy
-  # polling), and its TCP path over loopback (the one between nodes). Saker's alltoall and
-  # allgather take shared memory on one node, its reduce-scatter TCP. OpenMPI's busy
+  # polling), and its TCP path over loopback (the one between nodes). Saker's alltoall,
+  # allgather and reduce-scatter take shared memory on one node. OpenMPI's busy
   # polling suffers most on a loaded machine: compare its min-max spread with `uptime`.
   cxx openmpi mpirun --allow-run-as-root --bind-to none -x BENCH_SIZES -np 2 "$build/bench/bench_collectives_mpi"
   cxx openmpi-tcp mpirun --allow-run-as-root --bind-to none -x BENCH_SIZES -np 2 --mca pml ob1 --mca btl tcp,self \
@@ -66,9 +66,9 @@ for op in ("reduce_scatter", "alltoall", "allgather"):
         for w in ways:
             f[w] = fig(f"{op}.{b}.{w}")
             cells += f"{'-':>22s}" if not f[w] else f"{f[w][0]:9.2f} ({f[w][1]:.2f}-{f[w][2]:.2f})".rjust(22)
-        r1 = f"{f['saker-cxx'][0] / f['openmpi'][0]:9.2f}" if f["saker-cxx"] and f["openmpi"] else f"{'-':>9s}"
-        r2 = f"{f['saker-cxx'][0] / f['openmpi-tcp'][0]:11.2f}" if f["saker-cxx"] and f["openmpi-tcp"] else f"{'-':>11s}"
-        r3 = f"{f['saker'][0] / f['gloo'][0]:11.2f}" if f["saker"] and f["gloo"] else f"{'-':>11s}"
+        r1 = f"{f['saker-cxx'][0] / f['openmpi'][0]:9.2f}" if f["saker-cxx"] and f["openmpi"] and f["openmpi"][0] > 0 else f"{'-':>9s}"
+        r2 = f"{f['saker-cxx'][0] / f['openmpi-tcp'][0]:11.2f}" if f["saker-cxx"] and f["openmpi-tcp"] and f["openmpi-tcp"][0] > 0 else f"{'-':>11s}"
+        r3 = f"{f['saker'][0] / f['gloo'][0]:11.2f}" if f["saker"] and f["gloo"] and f["gloo"][0] > 0 else f"{'-':>11s}"
         print(f"{op:15s}{b:10d}{cells}{r1}{r2}{r3}")
 print("targets: reduce_scatter and alltoall saker >= gloo and >= OpenMPI; allgather saker >= 1.5x gloo at 4 MiB")
 PY

@@ -4,6 +4,7 @@
 // socket per direction, sealed frames under Transit::encrypt).
 #include <algorithm>
 #include <cstring>
+#include <functional>
 
 #include "launcher/comm/agree.hpp"
 #include "launcher/comm/impl.hpp"
@@ -159,7 +160,27 @@ void ShmGroup::alltoall_collect(int set, std::size_t head, char* recv, const std
   }
 }
 
-// started: alltoallv_start published the first round, in the set before the current one.
+// Rounds of shares: publish, barrier, collect(set, done). started: alltoallv_start
+// published the first round, in the set before the current one.
+void ShmGroup::exchange_rounds(const char* send, const std::vector<std::size_t>& send_bytes, std::size_t max_pair,
+                               std::size_t head, bool started, const std::function<void(int, std::size_t)>& collect,
+                               const char* during) {
+  const std::size_t share = alltoall_share(head);
+  const std::vector<std::size_t> sat = offsets_of(send_bytes);
+  Lane& lane = lanes_[0];
+  std::size_t done = 0;
+  if (started) {
+    collect(lane.set ^ 1, 0);  // rewritten only after the next barrier
+    done = share;
+  }
+  for (; done < max_pair; done += share) {
+    alltoall_publish(lane.set, head, send, send_bytes, sat, done);
+    barrier(0, during);
+    collect(lane.set, done);
+    lane.set ^= 1;  // as in broadcast: this set is rewritten only after the next barrier
+  }
+}
+
 void ShmGroup::alltoall_rounds(const char* send, const std::vector<std::size_t>& send_bytes, char* recv,
                                const std::vector<std::size_t>& recv_bytes, std::size_t max_pair, std::size_t head,
                                bool started) {
@@ -168,22 +189,11 @@ void ShmGroup::alltoall_rounds(const char* send, const std::vector<std::size_t>&
                "shm alltoallv: one count per member");
   const auto me = static_cast<std::size_t>(index_);
   SAKER_ASSERT(send_bytes[me] == recv_bytes[me], "shm alltoallv: what a member sends itself differs from what it expects");
-  const std::vector<std::size_t> sat = offsets_of(send_bytes), rat = offsets_of(recv_bytes);
-  if (send_bytes[me] > 0) std::memmove(recv + rat[me], send + sat[me], send_bytes[me]);
+  const std::vector<std::size_t> rat = offsets_of(recv_bytes);
+  if (send_bytes[me] > 0) std::memmove(recv + rat[me], send + offsets_of(send_bytes)[me], send_bytes[me]);
   if (n == 1) return;
-  const std::size_t share = alltoall_share(head);
-  Lane& lane = lanes_[0];
-  std::size_t done = 0;
-  if (started) {
-    alltoall_collect(lane.set ^ 1, head, recv, recv_bytes, rat, 0);  // rewritten only after the next barrier
-    done = share;
-  }
-  for (; done < max_pair; done += share) {
-    alltoall_publish(lane.set, head, send, send_bytes, sat, done);
-    barrier(0, "alltoall");
-    alltoall_collect(lane.set, head, recv, recv_bytes, rat, done);
-    lane.set ^= 1;  // as in broadcast: this set is rewritten only after the next barrier
-  }
+  exchange_rounds(send, send_bytes, max_pair, head, started,
+                  [&](int set, std::size_t done) { alltoall_collect(set, head, recv, recv_bytes, rat, done); }, "alltoall");
 }
 
 void ShmGroup::alltoallv(const char* send, const std::vector<std::size_t>& send_bytes, char* recv,
@@ -192,13 +202,13 @@ void ShmGroup::alltoallv(const char* send, const std::vector<std::size_t>& send_
 }
 
 void ShmGroup::alltoallv_start(const void* head, std::size_t head_bytes, void* heads, const char* send,
-                               const std::vector<std::size_t>& send_bytes) {
+                               const std::vector<std::size_t>& send_bytes, const char* during) {
   a2a_head_ = (head_bytes + 63) / 64 * 64;
   Lane& lane = lanes_[0];
   std::memcpy(slot(0, lane.set, index_), head, head_bytes);
   if (size() > 1 && send_bytes.size() == static_cast<std::size_t>(size()))
     alltoall_publish(lane.set, a2a_head_, send, send_bytes, offsets_of(send_bytes), 0);
-  barrier(0, "alltoall");
+  barrier(0, during);
   for (int j = 0; j < size(); ++j)
     std::memcpy(static_cast<char*>(heads) + static_cast<std::size_t>(j) * head_bytes, slot(0, lane.set, j), head_bytes);
   lane.set ^= 1;  // finish() reads the first round from the set before, untouched until the next barrier

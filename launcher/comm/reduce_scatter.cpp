@@ -1,13 +1,15 @@
 // MPI_Reduce_scatter: the ranks agree on what they reduce (agree.hpp), then run the
 // first half of a ring allreduce (or, below the ring's calibrated size, the direct
-// algorithm's first step), reading the caller's buffer and never writing it.
+// algorithm's first step), or inside one node an exchange through the shared-memory
+// segment; all read the caller's buffer and never write it.
 //
 // Segment r is reduced in one fixed order whatever the algorithm: it starts as member
 // r+1's term, and each member after that along the ring folds its own term in front
 // (term op partial), member r last. So the result is the same bits on every run, on
-// either path, at any timing.
+// every path, at any timing.
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "common/error.hpp"
 #include "launcher/comm/agree.hpp"
@@ -92,6 +94,50 @@ void Ring::reduce_scatter_direct(const char* send, char* recv, const std::vector
   reduce::combine(recv, ins, 2, count, type, op);
 }
 
+// Inside one node (transport shm), through the segment: the declarations and the first
+// round of data share one barrier (ShmGroup::alltoallv_start, as alltoall's), every member
+// sending segment j of its input to member j; member j folds the terms in the ring's order.
+void ShmGroup::reduce_scatter_finish(const char* send, const std::vector<std::size_t>& seg_bytes, char* recv,
+                                     std::size_t max_seg, DataType type, ReduceOp op) {
+  const int n = size();
+  SAKER_ASSERT(seg_bytes.size() == static_cast<std::size_t>(n), "shm reduce_scatter: one segment per member");
+  std::size_t own = 0;
+  for (int j = 0; j < index_; ++j) own += seg_bytes[static_cast<std::size_t>(j)];
+  const std::size_t mine = seg_bytes[static_cast<std::size_t>(index_)];
+  if (n == 1) {
+    if (mine > 0) std::memmove(recv, send + own, mine);
+    return;
+  }
+  exchange_rounds(send, seg_bytes, max_seg, a2a_head_, true, [&](int set, std::size_t done) {
+    reduce_scatter_collect(set, send + own, recv, mine, done, type, op);
+  }, "reduce_scatter");
+}
+
+void ShmGroup::reduce_scatter_collect(int set, const char* own, char* recv, std::size_t bytes, std::size_t done,
+                                      DataType type, ReduceOp op) {
+  const int n = size();
+  const std::size_t share = alltoall_share(a2a_head_);  // whole cache lines: whole elements
+  const std::size_t b = std::min(bytes, done), e = std::min(bytes, done + share);
+  if (e <= b) return;
+  const std::size_t count = (e - b) / size_of(type);
+  // Member index_+k is at distance n-k below this one: it put its term in share n-k-1.
+  auto term = [&](int k) -> const void* {
+    return slot(0, set, (index_ + k) % n) + a2a_head_ + static_cast<std::size_t>(n - k - 1) * share;
+  };
+  char* out = recv + b;
+  // Member index_+1's term, each next member's in front of it (term op partial), this
+  // member's last: reduce_scatter_direct's order. The partial lives in out, which combine
+  // may also read: it reads every input of an element before writing that element.
+  const void* partial = term(1);
+  for (int k = 2; k < n; ++k) {
+    const void* ins[2] = {term(k), partial};
+    reduce::combine(out, ins, 2, count, type, op);
+    partial = out;
+  }
+  const void* ins[2] = {own + b, partial};
+  reduce::combine(out, ins, 2, count, type, op);
+}
+
 namespace {
 
 std::vector<std::size_t> segments(const std::vector<std::size_t>& counts) {
@@ -100,16 +146,38 @@ std::vector<std::size_t> segments(const std::vector<std::size_t>& counts) {
   return seg;
 }
 
-// The op the ring runs (avg sums, then divides once here).
-void reduce_scatter_on(Core& core, int rank, int n, const void* send, void* recv, const std::vector<std::size_t>& counts,
-                       DataType type, ReduceOp op) {
-  ReduceOp base = op == ReduceOp::avg ? ReduceOp::sum : op;
-  core.ring().reduce_scatter(static_cast<const char*>(send), static_cast<char*>(recv), segments(counts), type, base);
+ReduceOp base_of(ReduceOp op) { return op == ReduceOp::avg ? ReduceOp::sum : op; }
+
+// Declarations and data in one guarded step; returns the verdict ("" when the ranks agree),
+// for the caller to throw outside it: a mismatch is the caller's error, found before any
+// data reached recv, and must not mark the communicator broken. Avg sums, then divides once.
+std::string reduce_scatter_known(Communicator::Impl& impl, const agree::Declared& mine, const void* send, void* recv,
+                                 const std::vector<std::size_t>& counts, DataType type, ReduceOp op) {
+  const int rank = impl.where.rank, n = impl.where.size;
+  const std::size_t es = size_of(type);
+  std::string why;
+  if (ShmGroup* shm = impl.user->shm_for(impl.transport)) {
+    // A rank whose counts are unusable publishes no data (the verdict refuses on every rank).
+    std::vector<std::size_t> sb;
+    if (mine.problem == agree::kNone)
+      for (std::size_t c : counts) sb.push_back(c * es);
+    why = agree::reduce_scatter_verdict(agree::gather(n, [&](const void* head, void* heads, std::size_t bytes) {
+      shm->alltoallv_start(head, bytes, heads, static_cast<const char*>(send), sb, "reduce_scatter");
+    }, mine));
+    if (!why.empty()) return why;
+    shm->reduce_scatter_finish(static_cast<const char*>(send), sb, static_cast<char*>(recv),
+                               *std::max_element(sb.begin(), sb.end()), type, base_of(op));
+  } else {
+    why = agree::reduce_scatter_verdict(agree::gather(impl, mine));
+    if (!why.empty()) return why;
+    impl.user->ring().reduce_scatter(static_cast<const char*>(send), static_cast<char*>(recv), segments(counts), type,
+                                     base_of(op));
+  }
   if (op == ReduceOp::avg) reduce::scale_for_avg(recv, counts[static_cast<std::size_t>(rank)], type, n);
+  return why;
 }
 
-void judge(const std::vector<agree::Declared>& all, const std::string& name) {
-  std::string why = agree::reduce_scatter_verdict(all);
+void judge(const std::string& why, const std::string& name) {
   if (!why.empty()) agree::refuse("reduce_scatter", name, why);
 }
 
@@ -119,23 +187,17 @@ void Communicator::reduce_scatter(const void* send, void* recv, const std::vecto
                                   ReduceOp op, const std::string& name) {
   Impl* i = impl_.get();
   agree::Declared mine = agree::declare(agree::Kind::reduce_scatter, type, static_cast<std::uint64_t>(op), counts, nullptr, size());
-  std::vector<agree::Declared> all;
-  // Declarations in one guarded step, judged outside it: a mismatch is the caller's
-  // error, found before any data moved, and must not mark the communicator broken.
-  i->run_sync([&] { all = agree::gather(*i, mine); });
-  judge(all, name);
-  i->run_sync([&] { reduce_scatter_on(*i->user, rank(), size(), send, recv, counts, type, op); });
+  std::string why;
+  i->run_sync([&] { why = reduce_scatter_known(*i, mine, send, recv, counts, type, op); });
+  judge(why, name);
 }
 
 Handle Communicator::reduce_scatter_async(const void* send, void* recv, const std::vector<std::size_t>& counts,
                                           DataType type, ReduceOp op, const std::string& name) {
   Impl* i = impl_.get();
   agree::Declared mine = agree::declare(agree::Kind::reduce_scatter, type, static_cast<std::uint64_t>(op), counts, nullptr, size());
-  const int r = rank(), n = size();
-  return submit_refusable(*i, [=] {
-    judge(agree::gather(*i, mine), name);
-    reduce_scatter_on(*i->user, r, n, send, recv, counts, type, op);
-  }, "reduce_scatter");
+  return submit_refusable(*i, [=] { judge(reduce_scatter_known(*i, mine, send, recv, counts, type, op), name); },
+                          "reduce_scatter");
 }
 
 }  // namespace saker::comm

@@ -28,21 +28,45 @@ namespace {
 
 constexpr std::size_t kLine = 64;
 constexpr std::size_t kMaxLocal = 256;
-// Pause-spins (~25 ns each here) before each sched_yield(). Short on purpose: on a
-// shared 2-core node the peer is often not running, and a long spin keeps it off the
-// core (4096 spins made a 4 KiB allreduce ~120 us under load, 32 about 4 us); when
-// nothing else is runnable, sched_yield() returns at once and works as a ~1 us poll.
+// Pause-spins (25 to 140 ns each, by CPU) a barrier makes at least before it yields,
+// unless its peer is queued on its CPU. Short on purpose: on a shared 2-core node the peer
+// is often not running, and a long spin keeps it off the core (4096 spins made a 4 KiB
+// allreduce ~120 us under load, 32 about 4 us); when nothing else is runnable,
+// sched_yield() returns at once and works as a ~1 us poll.
 constexpr std::uint64_t kSpins = 32;
+// The most a barrier busy-waits before it yields, when every member may have a CPU of its
+// own. A yield on a busy machine can hand the core to another process for a time slice
+// (ms) where the peer was a few microseconds away. Each lane learns how long to spin from
+// how late its peers actually arrived (SpinBudget, shm.hpp).
+constexpr std::int64_t kSpinCapNs = 50'000;
 // Up to this size an allreduce takes one barrier and every rank reduces everything.
 constexpr std::size_t kDirectBytes = 64 * 1024;
 // The least a stripe carries: below ~1 MiB its copies take less than the two futex
 // wake-ups that hand it to a thread and back.
 constexpr std::size_t kStripeBytes = 1 << 20;
 
+// A member's arrival at a barrier: the phase it reached, when (CLOCK_MONOTONIC, the same
+// clock in every process of the machine), which its peers learn their spin from, and on
+// which CPU. The time goes by the phase's parity: a member that left barrier p may store
+// its time for p+1 while a peer still reads p's, but cannot reach p+2 before that peer left p.
 struct alignas(kLine) Flag {
   std::atomic<std::uint64_t> phase;
-  char pad[kLine - sizeof(std::atomic<std::uint64_t>)];
+  std::atomic<std::int64_t> arrived_ns[2];
+  std::atomic<int> cpu;
+  char pad[kLine - sizeof(std::atomic<std::uint64_t>) - 2 * sizeof(std::atomic<std::int64_t>) - sizeof(std::atomic<int>)];
 };
+
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// The CPUs this process may run on (its affinity mask), or all online ones.
+int usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+}
 
 std::size_t header_bytes() { return kMaxLocal * sizeof(Flag); }
 
@@ -178,6 +202,9 @@ ShmGroup::ShmGroup(Mesh& mesh, std::vector<int> members, int channel, std::size_
     throw Error(explain("too many ranks on one node for the shared-memory path (" + std::to_string(members_.size()) + ")",
                         "the segment has room for 256", "set SAKER_COMM_TRANSPORT=ring"));
   index_ = static_cast<int>(it - members_.begin());
+  // Members busy-wait only when each may have a CPU of its own (SpinBudget).
+  const std::int64_t spin_cap = size() <= std::min(usable_cpus(), cores_online()) ? kSpinCapNs : 0;
+  for (Lane& lane : lanes_) lane.spin = SpinBudget(spin_cap);
   // Members that disagree on the stripes (SAKER_COMM_SHM_STRIPES set on some only) expect
   // other sizes: open_checked() refuses the segment instead of one rank overrunning it.
   map_bytes_ = lanes_.size() * (header_bytes() + 2 * members_.size() * slot_bytes_);
@@ -264,18 +291,39 @@ char* ShmGroup::slot(int lane, int set, int who) const {
   return base_ + lanes_.size() * header_bytes() + index * slot_bytes_;
 }
 
-void ShmGroup::barrier(int lane, const char* during) {
-  auto* flags = reinterpret_cast<Flag*>(base_ + static_cast<std::size_t>(lane) * header_bytes());
-  std::uint64_t phase = ++lanes_[static_cast<std::size_t>(lane)].phase;
-  flags[index_].phase.store(phase, std::memory_order_release);
+// Every member announces its arrival, then waits for the others: it busy-waits (pause)
+// for its lane's spin budget, then yields the CPU between polls, watching the deadline,
+// abort notices and whether the peer's process still exists. A peer last seen on this
+// member's own CPU is most likely queued behind it there: then it yields at once (the
+// scheduler often puts both ranks of a loaded 2-CPU machine on one CPU, where spinning
+// only delays the peer: 32 pauses before each yield made a 1 KiB allgather 2.5 us there,
+// yielding at once 1.7 us; a spin of 50 us, 25 us).
+void ShmGroup::barrier(int lane_index, const char* during) {
+  auto* flags = reinterpret_cast<Flag*>(base_ + static_cast<std::size_t>(lane_index) * header_bytes());
+  Lane& lane = lanes_[static_cast<std::size_t>(lane_index)];
+  const std::uint64_t phase = ++lane.phase;
+  const std::int64_t arrived = now_ns();
+  const int cpu = sched_getcpu();
+  flags[index_].cpu.store(cpu, std::memory_order_relaxed);
+  flags[index_].arrived_ns[phase % 2].store(arrived, std::memory_order_relaxed);
+  flags[index_].phase.store(phase, std::memory_order_release);  // publishes arrived_ns too
+  const std::int64_t spin_until = arrived + lane.spin.ns();
+  bool spinning = true;
+  std::int64_t last = arrived;  // the latest arrival among the members
   auto deadline = net::deadline_in(mesh_.timeout());
   for (int j = 0; j < size(); ++j) {
-    std::uint64_t spins = 0;
+    std::uint64_t polls = 0;
+    if (j != index_ && cpu >= 0 && flags[j].cpu.load(std::memory_order_relaxed) == cpu) spinning = false;
     while (flags[j].phase.load(std::memory_order_acquire) < phase) {
-      ++spins;
-      if (spins < kSpins) { _mm_pause(); continue; }
-      sched_yield();  // oversubscribed nodes: let the peer run
-      if (spins % 256 != 0) continue;
+      ++polls;
+      if (spinning) {
+        _mm_pause();
+        // The clock is read every 16 pauses only, past the first kSpins.
+        if (polls < kSpins || polls % 16 != 0 || now_ns() < spin_until) continue;
+        spinning = false;
+      }
+      sched_yield();  // let the peer run
+      if (polls % 256 != 0) continue;
       mesh_.check_abort(during);
       int peer = members_[static_cast<std::size_t>(j)];
       int pid = mesh_.peer(peer).pid;
@@ -285,7 +333,9 @@ void ShmGroup::barrier(int lane, const char* during) {
         mesh_.fail(during, peer, mesh_.who(peer) + " did not answer within " + std::to_string(mesh_.timeout().count()) +
                                " ms (hung or stopped; raise SAKER_COMM_TIMEOUT if it is only slow)");
     }
+    last = std::max(last, flags[j].arrived_ns[phase % 2].load(std::memory_order_relaxed));
   }
+  lane.spin.learn(last - arrived, spinning);
 }
 
 void ShmGroup::allreduce(void* data, std::size_t count, DataType type, ReduceOp op) {

@@ -6,9 +6,11 @@
 // from its buffer), publishes it, and everyone copies the others' finished parts
 // back. Small buffers (<= 64 KiB) take one barrier: every rank reduces the whole
 // buffer from all slots, in the same rank order. The order is fixed, so results are
-// reproducible and independent of timing and of the path. Waits spin briefly, then
-// yield (a blocking wake-up costs ~50 us), and watch the deadline, abort notices and
-// whether the peer's process still exists.
+// reproducible and independent of timing and of the path. Waits busy-poll for as long as
+// the peers have lately been late (SpinBudget: up to 50 us, only while every member may
+// have a CPU of its own, and not for a peer last seen on the waiter's CPU), then yield (a
+// blocking wake-up costs ~50 us), and watch the deadline, abort notices and whether the
+// peer's process still exists.
 //
 // Large allreduces are cut into stripes, each with its own slots and flags (a lane of
 // the segment), and a rank runs its stripes on up to that many threads (Lanes): one
@@ -18,10 +20,12 @@
 // in the same order, the lowest unfinished stripe always has all its ranks on it.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <memory>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -38,6 +42,33 @@ namespace saker::comm {
 class StoreChoice : public TimedChoice {
  public:
   bool streaming(std::size_t bytes) const { return second(bytes); }
+};
+
+// How long a barrier busy-waits before it yields, one per lane (barrier() in shm.cpp), in
+// the style of glibc's adaptive mutexes: it follows how late the last member came,
+// towards twice that lateness while spinning caught the peers, towards zero (a few pauses
+// only, then yields) once a wait outlasted the spin or the peers came later than half the
+// cap, so a rank whose peers compute between collectives stops spinning for them. A peer
+// that came only after the spin ended may have been waiting for this member's CPU: a
+// longer spin would only have made it later, so the budget never grows from such a wait
+// (it would feed on its own delay). The cap is 0 where members share CPUs: spinning there
+// keeps the awaited peer off its core.
+class SpinBudget {
+ public:
+  explicit SpinBudget(std::int64_t cap_ns = 0) : cap_(cap_ns) {}
+  std::int64_t ns() const { return ns_; }
+  // After a wait: late_ns, how long after this member the last one arrived (by their
+  // arrival times, so a yield that lost the core for a time slice does not count); caught,
+  // whether it came while this member still spun.
+  void learn(std::int64_t late_ns, bool caught) {
+    if (late_ns <= 0) return;  // this member came last: nothing to learn about waiting
+    const std::int64_t want = caught && late_ns <= cap_ / 2 ? 2 * late_ns : 0;
+    ns_ += (std::min(want, cap_) - ns_) / 4;
+  }
+
+ private:
+  std::int64_t cap_;
+  std::int64_t ns_ = 0;
 };
 
 // The segment's file in /dev/shm. Another user on the node can create a file there under
@@ -110,15 +141,23 @@ class ShmGroup {
   // caller judged them: if it refuses, every member does, and nothing more is needed;
   // else finish() takes the first round from the slots and runs the rest.
   void alltoallv_start(const void* head, std::size_t head_bytes, void* heads, const char* send,
-                       const std::vector<std::size_t>& send_bytes);
+                       const std::vector<std::size_t>& send_bytes, const char* during = "alltoall");
   void alltoallv_finish(const char* send, const std::vector<std::size_t>& send_bytes, char* recv,
                         const std::vector<std::size_t>& recv_bytes, std::size_t max_pair);
+  // MPI_Reduce_scatter after alltoallv_start (reduce_scatter.cpp): seg_bytes[j], member j's
+  // segment of send, went out as the alltoall's block for j, and every member reduces its
+  // own segment into recv from the others' shares, in the ring's order (reduce_scatter.cpp's
+  // top), so the bits are the ring path's. max_seg: the largest segment, the same everywhere.
+  void reduce_scatter_finish(const char* send, const std::vector<std::size_t>& seg_bytes, char* recv,
+                             std::size_t max_seg, DataType type, ReduceOp op);
 
  private:
-  // A lane's own state: its flags' phase and which of its two slot sets is next.
+  // A lane's own state: its flags' phase, which of its two slot sets is next, and how
+  // long its barrier busy-waits before yielding.
   struct Lane {
     std::uint64_t phase = 0;
     int set = 0;
+    SpinBudget spin;
   };
   // Creates (first member) or opens the segment, maps it, and removes its name once
   // every member mapped it. Throws saker::Error; nothing stays in /dev/shm then either.
@@ -137,6 +176,12 @@ class ShmGroup {
                         const std::vector<std::size_t>& at, std::size_t done);
   void alltoall_rounds(const char* send, const std::vector<std::size_t>& send_bytes, char* recv,
                        const std::vector<std::size_t>& recv_bytes, std::size_t max_pair, std::size_t head, bool started);
+  void exchange_rounds(const char* send, const std::vector<std::size_t>& send_bytes, std::size_t max_pair,
+                       std::size_t head, bool started, const std::function<void(int set, std::size_t done)>& collect,
+                       const char* during);
+  // Reduces [done, done + share) of this member's segment (own: its term in send) into recv.
+  void reduce_scatter_collect(int set, const char* own, char* recv, std::size_t bytes, std::size_t done, DataType type,
+                              ReduceOp op);
 
   Mesh& mesh_;
   std::vector<int> members_;

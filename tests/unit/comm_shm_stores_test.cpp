@@ -1,5 +1,5 @@
 // StoreChoice: how the shared-memory path picks ordinary or streaming stores from the
-// timings of its own calls.
+// timings of its own calls; SpinBudget: how long its barriers busy-wait.
 #include <catch2/catch.hpp>
 
 #include "launcher/comm/shm.hpp"
@@ -60,4 +60,47 @@ TEST_CASE("stores: size classes are judged apart") {
   run(c, 20, [](bool s) { return s ? 0.00015 : 0.00005; }, 1u << 20);
   CHECK(c.streaming(64u << 20));
   CHECK_FALSE(c.streaming(1u << 20));
+}
+
+// SpinBudget: how long a barrier busy-waits, learnt from how late its peers came. Pure
+// arithmetic on the lateness it is told, so these cases time nothing.
+using saker::comm::SpinBudget;
+
+namespace {
+SpinBudget learnt(std::int64_t cap, std::int64_t late, bool caught, int waits) {
+  SpinBudget s(cap);
+  for (int i = 0; i < waits; ++i) s.learn(late, caught);
+  return s;
+}
+}  // namespace
+
+TEST_CASE("shm spin budget: twice the lateness that spinning caught, never above the cap", "[comm][shm][spin]") {
+  SpinBudget s = learnt(50'000, 2'000, true, 60);
+  REQUIRE(s.ns() > 3'900);
+  REQUIRE(s.ns() <= 4'000);
+  // Lateness near half the cap: the budget approaches the cap and stays under it.
+  REQUIRE(learnt(50'000, 25'000, true, 200).ns() <= 50'000);
+  REQUIRE(learnt(50'000, 25'000, true, 200).ns() > 49'000);
+}
+
+TEST_CASE("shm spin budget: waits the spin missed or that came late never raise it", "[comm][shm][spin]") {
+  // A peer that came only after the spin ended (maybe queued behind this member): no growth.
+  REQUIRE(learnt(50'000, 1'000, false, 100).ns() == 0);
+  SpinBudget s = learnt(50'000, 2'000, true, 60);
+  const std::int64_t grown = s.ns();
+  for (int i = 0; i < 40; ++i) s.learn(1'000, false);
+  REQUIRE(s.ns() < grown / 100);
+  // Peers that come later than half the cap (they compute between collectives): decays.
+  SpinBudget t = learnt(50'000, 2'000, true, 60);
+  for (int i = 0; i < 40; ++i) t.learn(30'000, true);
+  REQUIRE(t.ns() < 100);
+}
+
+TEST_CASE("shm spin budget: zero where members share CPUs; the last to arrive learns nothing", "[comm][shm][spin]") {
+  REQUIRE(learnt(0, 500, true, 100).ns() == 0);
+  SpinBudget s = learnt(50'000, 2'000, true, 60);
+  const std::int64_t before = s.ns();
+  for (int i = 0; i < 10; ++i) s.learn(0, false);
+  for (int i = 0; i < 10; ++i) s.learn(-5'000, true);
+  REQUIRE(s.ns() == before);
 }
