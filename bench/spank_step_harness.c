@@ -13,8 +13,10 @@
  * as NAME. HARNESS_DATASET=LIST is the step's --dataset, HARNESS_JOB_ID and
  * HARNESS_STEP_ID its ids (default step: the harness's pid, a new step per run as in a
  * job), HARNESS_SPOOL the slurmd spool (the topology cache), HARNESS_CONF slurm.conf's path.
- * The SPANK calls are defined here (-rdynamic exports them); hostlists come from libslurm
- * (plugins/spank/Makefile.inc builds it: make bench/spank_step_harness). */
+ * The SPANK calls are defined here (-rdynamic exports them); hostlists come from libslurm.
+ * It links libhwloc as Debian's slurmstepd does, so that a library slurmstepd has loaded
+ * already is not counted as the plugin's (plugins/spank/Makefile.inc builds it:
+ * make bench/spank_step_harness). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdarg.h>
