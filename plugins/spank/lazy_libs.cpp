@@ -1,12 +1,14 @@
 // libyaml and libhwloc for spank_saker.so, loaded on their first call instead of with the
 // plugin.
 //
-// Why: slurmstepd loads the plugin afresh for every step on every node, and loading two
-// more shared libraries there (hwloc brings libudev) cost mapping, relocating and symbol
-// lookups in each one (~190,000 instructions and ~28 page faults a node-step, issue 30;
-// bench/spank_step_harness.c). Most steps need neither: the policy is read as YAML only by
-// the job prolog and by a step that declares datasets of its own, and hwloc only when the
-// node's compact topology cache (plugins/affinity/machine_cache.hpp) is missing or stale.
+// Why: slurmstepd loads the plugin afresh for every step on every node, and each shared
+// library loaded with it costs mapping, relocating and symbol lookups there (libyaml ~45,000
+// instructions a node-step, issue 30; bench/spank_step_harness.c). Most steps need neither:
+// the policy is read as YAML only by the job prolog and by a step that declares datasets of
+// its own, and hwloc only when the node's compact topology cache
+// (plugins/affinity/machine_cache.hpp) is missing or stale. (Debian's slurmstepd links
+// libhwloc itself, so there only libyaml's load is saved; srun, which loads the plugin for
+// every step too, and slurmd's prolog save both, with libudev.)
 //
 // How: the plugin defines the functions it calls, each forwarding to the real one found by
 // dlopen/dlsym on first use. exports.map keeps them local, so libsaker_policy and
