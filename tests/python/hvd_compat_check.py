@@ -166,6 +166,15 @@ def added_api(r, n):
     want = torch.ones(n + 1)
     want[n] = 2.0 * n
     check(out.is_sparse and torch.equal(out.to_dense(), want), f"sparse allreduce: {out.to_dense()}")
+    # Horovod's sparse_allreduce_async hands back a function that returns the result.
+    out = hvd.sparse_allreduce_async(sp, name="sparse.call", op=hvd.Sum)()
+    check(out.is_sparse and torch.equal(out.to_dense(), want), f"sparse allreduce handle(): {out}")
+    # An async ordered collective is not done when first polled; polling starts it, and it completes.
+    h = hvd.allgather_async(torch.ones(1) * r, name="poll.ag")
+    check(hvd.poll(h) is False, "poll() of an allgather not yet started is False")
+    while not hvd.poll(h):
+        pass
+    check(torch.equal(hvd.synchronize(h), torch.arange(float(n))), "polled allgather")
 
 
 def error_types(r, n):
@@ -184,6 +193,27 @@ def error_types(r, n):
     raises(ValueError, lambda: hvd.alltoall(torch.ones(n + 1 if bad else n)),
            [f"rank {n - 1} gave no splits", f"({n + 1}) is not a multiple of the number of ranks ({n})"])
     check(torch.equal(hvd.alltoall(torch.ones(n) * r), torch.arange(float(n))), "alltoall goes on after refusals")
+    # An async broadcast/allgather/alltoall/reducescatter returns at once and holds its name
+    # until synchronized: the same name again is refused there (ValueError), even while the
+    # other ranks are elsewhere (rank 0 submits before a barrier that the others pass first,
+    # Horovod's test pattern); synchronized after, it completes with the right values.
+    x = torch.full((n,), float(r))
+    ops = [("dup.ag", lambda: hvd.allgather_async(x[:1], name="dup.ag"), torch.arange(float(n))),
+           ("dup.bc", lambda: hvd.broadcast_async(x[:1], 0, name="dup.bc"), torch.zeros(1)),
+           ("dup.a2a", lambda: hvd.alltoall_async(x, name="dup.a2a"), torch.arange(float(n))),
+           ("dup.rs", lambda: hvd.reducescatter_async(torch.ones(n, 1), name="dup.rs", op=hvd.Sum),
+            torch.full((1, 1), float(n)))]
+    for name, submit, want in ops:
+        if r == 0:
+            h = submit()
+            raises(ValueError, submit, [name, "already in flight"])
+        hvd.barrier()
+        if r != 0:
+            h = submit()
+            raises(ValueError, submit, [name, "already in flight"])
+        hvd.barrier()
+        got = hvd.synchronize(h)
+        check(torch.equal(got, want), f"{name} after the refused duplicate: {got} != {want}")
 
 
 class Sparse(torch.nn.Module):
@@ -214,6 +244,19 @@ def optimizer(r, n):
         ref_opt.step()
         for (name, a), b in zip(model.state_dict().items(), ref.state_dict().values()):
             check(torch.allclose(a, b, atol=1e-6), f"sparse gradients (sparse_as_dense={dense}): {name}")
+    # An optimizer that needs sparse gradients (SparseAdam) gets them back sparse, both ways;
+    # Horovod's _parameter_names (parameter -> name) is there, the same names on every rank.
+    for dense in (False, True):
+        model = Sparse()
+        opt = hvd.DistributedOptimizer(torch.optim.SparseAdam([model.emb.weight], lr=0.1),
+                                       named_parameters=[(f"sa{int(dense)}.emb.weight", model.emb.weight)],
+                                       sparse_as_dense=dense)
+        model(torch.tensor([r, r + 1])).backward()
+        opt.step()
+        check(model.emb.weight.grad.is_sparse, f"SparseAdam got a sparse gradient (sparse_as_dense={dense})")
+        names = sorted(opt._parameter_names.values())
+        check(names == [f"sa{int(dense)}.emb.weight"] and len(set(map(tuple, hvd.allgather_object(names)))) == 1,
+              f"_parameter_names: {opt._parameter_names}")
     # step() after synchronize() warns (Horovod) and still steps.
     model = torch.nn.Linear(2, 1)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
@@ -323,6 +366,17 @@ def mismatch(r, n, only=None):
 
 
 def lifecycle(r, n, times):
+    # An allreduce left in flight at shutdown() (never synchronized): the library's threads may
+    # write into its buffer until the communicator is gone. Freed first, it crashed a rank
+    # (SIGSEGV, or a corrupted heap later on).
+    for i in range(4):
+        big = torch.ones(8 << 20) * (r + 1)
+        hvd.allreduce_async(big, name=f"left.{i}")
+        del big
+        hvd.shutdown()
+        junk = [torch.zeros(1 << 20) for _ in range(40)]  # reuse what a freed buffer held
+        del junk
+        hvd.init()
     for i in range(times):
         hvd.shutdown()
         check(not hvd.is_initialized(), "shutdown() uninitializes")

@@ -171,8 +171,13 @@ _inflight = set()  # allreduce names submitted and not yet synchronized
 def _reset():
     """A new communicator starts with fresh counters (every rank's shutdown() runs this)."""
     global _noname, _ordered
+    # Each entry lets go of its library handles before its buffers (attribute order), so
+    # that a handle which keeps the communicator alive is gone before what it writes into.
+    for p in list(_pending.values()):
+        p.handles = []
     _pending.clear()
     _inflight.clear()
+    _deferred.clear()
     _noname = itertools.count()
     _ordered = 0
 
@@ -184,6 +189,53 @@ def _register(handles, keep, finish):
     h = next(_next_handle)
     _pending[h] = _Pending(handles, keep, finish)
     return h
+
+
+class _Deferred:
+    """An async ordered collective (broadcast, allgather, alltoall, reducescatter) that has
+    not started yet. Horovod's async calls return at once and match the ranks' operations by
+    name; Saker's ordered collectives must start in the same order on every rank, and their
+    start waits for the other ranks. So an async one starts when its handle is polled or
+    synchronized (or a later one's is), every earlier one first, in submission order: the
+    calling thread never waits at submission, and a name submitted twice before its handle
+    is synchronized is refused there (ValueError), as in Horovod."""
+
+    def __init__(self, name, start):
+        self.name, self.start, self.started = name, start, None
+
+
+_deferred = []  # _Deferred not started yet, in submission order
+
+
+def _defer(kind, name, start):
+    if name is not None:
+        if name in _inflight:
+            raise ValueError(f"{kind}: a tensor named '{name}' is already in flight; synchronize its handle "
+                             "before submitting the name again, or give this one another name")
+        _inflight.add(name)
+    d = _Deferred(name, start)
+    _deferred.append(d)
+    return _register([], d, lambda: _finish_deferred(d))
+
+
+def _start_through(d):
+    """Start the deferred collectives submitted up to d, in submission order."""
+    while d.started is None and _deferred:
+        e = _deferred.pop(0)
+        try:
+            e.started = _pending.pop(e.start())
+        except Exception as err:  # noqa: BLE001 - raised by this one's synchronize
+            e.started = err
+
+
+def _finish_deferred(d):
+    try:
+        _start_through(d)
+        if isinstance(d.started, Exception):
+            raise d.started
+        return d.started.finish()
+    finally:
+        _inflight.discard(d.name)
 
 
 def _done(value):
@@ -569,12 +621,26 @@ def sparse_allreduce_async(tensor, name, op, process_set=None):
     values = allgather(t.values(), name=f"{name}.values")
     if op is Average:
         values = values / runtime.size()
-    return _done(torch.sparse_coo_tensor(indices.t(), values, t.size()))
+    return _CallableHandle(_done(torch.sparse_coo_tensor(indices.t(), values, t.size())))
+
+
+class _CallableHandle(int):
+    """A handle that synchronize() takes, and that is also callable for the result: Horovod's
+    sparse_allreduce_async returns a function."""
+
+    def __call__(self):
+        return synchronize(int(self))
 
 
 def poll(handle):
     """True when the operation behind handle finished (synchronize will not block)."""
     p = _pending.get(handle)
+    if p is not None and isinstance(p.keep, _Deferred):
+        if p.keep.started is None:  # not started until now, so not done when polled: start it
+            _start_through(p.keep)
+            return False
+        started = p.keep.started
+        return not isinstance(started, _Pending) or all(h.done() for h in started.handles)
     return p is None or all(h.done() for h in p.handles)
 
 
@@ -610,12 +676,13 @@ def _broadcast_async(tensor, output, root_rank, name, check=True):
 
 def broadcast_async(tensor, root_rank, name=None, process_set=None):
     _no_process_set(process_set)
-    return _broadcast_async(tensor, torch.empty_like(tensor).contiguous(), root_rank, name)
+    return _defer("broadcast", name,
+                  lambda: _broadcast_async(tensor, torch.empty_like(tensor).contiguous(), root_rank, name))
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=None):
     _no_process_set(process_set)
-    return _broadcast_async(tensor, tensor, root_rank, name)
+    return _defer("broadcast", name, lambda: _broadcast_async(tensor, tensor, root_rank, name))
 
 
 class _BroadcastFn(torch.autograd.Function):
@@ -731,11 +798,14 @@ class _AllgatherFn(torch.autograd.Function):
 def allgather_async(tensor, name=None, process_set=None):
     """Start an allgather (dimension 0 may differ across ranks); synchronize returns it."""
     _no_process_set(process_set)
-    h = _allgather_start(tensor, _describe("allgather", name, tensor, ragged=True))
-    p = _pending[h]
-    inner = p.finish
-    p.finish = lambda: inner()[0]
-    return h
+
+    def start():
+        h = _allgather_start(tensor, _describe("allgather", name, tensor, ragged=True))
+        p = _pending[h]
+        inner = p.finish
+        p.finish = lambda: inner()[0]
+        return h
+    return _defer("allgather", name, start)
 
 
 def allgather(tensor, name=None, process_set=None):
@@ -842,12 +912,15 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None):
     """Start an alltoall; synchronize returns the output, and the received splits when
     splits were given (Horovod's forms)."""
     _no_process_set(process_set)
-    h = _alltoall_start(tensor, splits, name)
-    if splits is None:
-        p = _pending[h]
-        inner = p.finish
-        p.finish = lambda: inner()[0]
-    return h
+
+    def start():
+        h = _alltoall_start(tensor, splits, name)
+        if splits is None:
+            p = _pending[h]
+            inner = p.finish
+            p.finish = lambda: inner()[0]
+        return h
+    return _defer("alltoall", name, start)
 
 
 class _AlltoallFn(torch.autograd.Function):
@@ -879,12 +952,17 @@ def alltoall(tensor, splits=None, name=None, process_set=None):
 
 
 # ---- reducescatter (libsaker_comm's reduce_scatter: the first half of a ring allreduce) ----
-def _reducescatter_async(tensor, name, op, prescale_factor, postscale_factor):
+def _reducescatter_args(tensor, op):
     op = _check_op(op)
     if op not in (Sum, Average):
         raise ValueError(f"reducescatter: op {op!r} is not Sum or Average")
     if tensor.dim() == 0:
         raise ValueError("reducescatter: the tensor needs at least one dimension")
+    return op
+
+
+def _reducescatter_async(tensor, name, op, prescale_factor, postscale_factor):
+    op = _reducescatter_args(tensor, op)
     comm = runtime.comm()
     n, me = comm.size(), comm.rank()
     if name is None:
@@ -918,7 +996,9 @@ def reducescatter_async(tensor, name=None, op=None, process_set=None, prescale_f
     """Start a reducescatter; synchronize returns this rank's share of dimension 0 of the
     reduction (split as evenly as possible, the first ranks one row more)."""
     _no_process_set(process_set)
-    return _reducescatter_async(tensor, name, op if op is not None else Average, prescale_factor, postscale_factor)
+    op = _reducescatter_args(tensor, op if op is not None else Average)  # refused at once, as in Horovod
+    return _defer("reducescatter", name, lambda: _reducescatter_async(tensor, name, op, prescale_factor,
+                                                                      postscale_factor))
 
 
 class _ReducescatterFn(torch.autograd.Function):

@@ -42,6 +42,8 @@ class _DistributedMixin:
         else:
             by_id = {id(p): f"allreduce.noname.{i}" for i, p in enumerate(params)}
         self._saker_names = by_id
+        # Horovod's own attribute (scripts and its tests read it): parameter -> name.
+        self._parameter_names = {p: by_id[id(p)] for p in params}
         self._saker_compression = compression
         self._saker_op = op
         self._saker_passes = backward_passes_per_step
@@ -92,9 +94,12 @@ class _DistributedMixin:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
         name = self._saker_names[id(p)]
+        densified = False
         if p.grad.is_sparse:
             if self._saker_sparse_as_dense:
-                p.grad = p.grad.to_dense()
+                # Reduced dense, handed back sparse (as Horovod does): an optimizer that
+                # needs sparse gradients (SparseAdam) still gets them.
+                p.grad, densified = p.grad.to_dense(), True
             else:  # Horovod's sparse allreduce: every rank's indices and values, gathered
                 if self._saker_op not in (Average, collectives.Sum):
                     raise ValueError(f"sparse gradient of '{name}': op {self._saker_op!r} is not Sum or Average; "
@@ -106,7 +111,7 @@ class _DistributedMixin:
         # No per-step cross-rank check: _saker_check_model compared the parameters once, and
         # the fusion negotiation refuses a count, dtype or op that differs at every step.
         return collectives._allreduce_async(p.grad, p.grad, name, self._saker_op, pre, post, self._saker_compression,
-                                            check_ranks=False), False
+                                            check_ranks=False), "densified" if densified else False
 
     def synchronize(self):
         """Wait for every gradient's allreduce (starting those whose hooks did not fire)."""
@@ -119,7 +124,9 @@ class _DistributedMixin:
             self._saker_handles[p] = self._saker_start(p)
         for p, (h, sparse) in self._saker_handles.items():
             out = collectives.synchronize(h)
-            if sparse:
+            if sparse == "densified":
+                p.grad = out.to_sparse()
+            elif sparse:
                 p.grad = out
             self._saker_delay[p] = self._saker_passes
         self._saker_handles.clear()

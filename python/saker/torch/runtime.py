@@ -107,9 +107,9 @@ def shutdown():
     global _comm, _cross, _next
     comm = _comm
     _comm, _cross = None, (0, 1)
-    for reset in _on_shutdown:
-        reset()
     if comm is None:
+        for reset in _on_shutdown:
+            reset()
         return
     _next = None
     if comm.size() > 1:
@@ -120,6 +120,12 @@ def shutdown():
             print(f"saker.torch: shutdown() could not agree on the next rendezvous with every rank ({e}); "
                   "a later init() bootstraps from the environment", file=sys.stderr, flush=True)
     del comm  # the last reference (unless torch.distributed's process group holds one): threads joined
+    # Only now drop the per-communicator state: it holds the buffers of operations submitted
+    # and never synchronized, which the library's threads may still write into until the
+    # communicator is gone (freed first, they corrupted the heap: Horovod's duplicate-name
+    # test leaves such an allreduce in flight at shutdown()).
+    for reset in _on_shutdown:
+        reset()
 
 
 def is_initialized():
