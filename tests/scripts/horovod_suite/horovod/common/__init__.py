@@ -1,0 +1,1 @@
+"""horovod.common: the names scripts import from it (its exceptions), from saker.torch."""
