@@ -5,6 +5,12 @@
 # from Slurm's PluginDir, /usr/bin tools, /usr/share/saker templates) through the policy,
 # affinity and training paths; purging the packages leaves nothing behind.
 # Builds the whole tree once more: SAKER_TEST_FULL=1 only (scripts/check --full).
+#
+# Root builds, installs and purges the packages and brings the cluster up, as the operator
+# does; everything a user does runs as the ordinary test user (lib.sh's it_jobs_as_user;
+# issue 28: a real site is multi-tenant): the consumer of the -dev package, the Python
+# import, and every job (sbatch, srun, saker-run, saker-train), which therefore also shows
+# that the installed files are readable and runnable by someone other than root.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/train_lib.sh"
 it_require_root
@@ -34,7 +40,8 @@ plugindir=/usr/lib/$multiarch/slurm-wlm
 
 # --- build from the release tarball, as a packager would.
 submake() { env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s --no-print-directory -C "$SAKER_BUILDDIR" "$@"; }
-tarball=$(submake print-dist-name).tar.gz
+# The last line: make first reruns config.status, and says so, when a Makefile.am changed.
+tarball=$(submake print-dist-name | tail -n 1).tar.gz
 assert_rc 0 "make dist" -- submake dist-gzip
 mkdir -p "$IT_TMP/saker"
 mv "$SAKER_BUILDDIR/$tarball" "$IT_TMP/" && tar -xzf "$IT_TMP/$tarball" -C "$IT_TMP/saker" --strip-components=1
@@ -59,6 +66,7 @@ assert_rc 0 "lintian finds no error" -- lintian --fail-on error "$IT_TMP"/saker_
 # --- install, and a consumer of the -dev package.
 it_at_exit dpkg --purge "${packages[@]}"
 assert_rc 0 "the packages install" -- env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${debs[@]}"
+it_jobs_as_user
 assert_rc 0 "spank_saker.so is in Slurm's PluginDir" -- test -f "$plugindir/spank_saker.so"
 assert_rc 0 "job_submit_saker.so is in Slurm's PluginDir" -- test -f "$plugindir/job_submit_saker.so"
 assert_rc 0 "the telemetry sampler is where spank_saker.so starts it" -- \
@@ -78,8 +86,8 @@ int main() {
 }
 CPP
 assert_rc 0 "a consumer builds with pkg-config --cflags --libs saker and runs" -- \
-  bash -c "g++ -std=c++20 $IT_TMP/consumer.cpp -o $IT_TMP/consumer \$(pkg-config --cflags --libs saker) && $IT_TMP/consumer"
-assert_rc 0 "python3 imports saker.torch" -- /usr/bin/python3 -c 'import saker.torch'
+  it_job bash -c "g++ -std=c++20 $IT_TMP/consumer.cpp -o $IT_TMP/consumer \$(pkg-config --cflags --libs saker) && $IT_TMP/consumer"
+assert_rc 0 "python3 imports saker.torch" -- it_job /usr/bin/python3 -c 'import saker.torch'
 
 # --- a cluster from the installed files only: no build tree anywhere on its way.
 export SAKER_CLUSTER=/usr/bin/saker-cluster
@@ -88,6 +96,8 @@ cp "$SAKER_SRCDIR/tests/data/policy/two_zones.yaml" "$policy"
 it_cluster_up --nodes 3 --gpus-per-node 4 --plugin-dir "$plugindir" --policy "$policy" \
   --spank-args "topology=$SAKER_SRCDIR/tests/data/topo-itest-2cpu-4gpu.xml" \
   --partitions "gpu-ae=saker[1-2];cpu-ae=saker[1-2];gpu-eu=saker3;all=saker[1-3]"
+it_jobs_as_user  # again, now that the cluster's prefix exists: the jobs write their output there
+assert_eq "$IT_USER" "$(srun -N1 -n1 -p all id -un 2>&1)" "jobs run as $IT_USER, not root"
 spank_so=$(awk '$1 == "required" { print $2 }' "$IT_PREFIX/etc/plugstack.conf")
 assert_rc 0 "plugstack.conf loads the installed SPANK plugin ($spank_so)" -- cmp "$spank_so" "$plugindir/spank_saker.so"
 assert_contains "$(cat "$IT_PREFIX/log/slurmctld.log")" "saker: job_submit/saker loaded" "slurmctld loaded the installed job_submit plugin"
@@ -101,7 +111,7 @@ assert_rc 1 "policy: patients@v3 on gpu-eu is refused" -- \
 assert_contains "$IT_OUT" "patients" "policy: the refusal names the dataset"
 # Affinity: each task gets the GPUs the installed saker-topo plans for it.
 topo="$SAKER_SRCDIR/tests/data/topo-itest-2cpu-4gpu.xml"
-plan=$(/usr/bin/saker-topo plan --topology "$topo" --ntasks-per-node 2 --gpus 0-3 --format env |
+plan=$(it_job /usr/bin/saker-topo plan --topology "$topo" --ntasks-per-node 2 --gpus 0-3 --format env |
   grep -o 'rank=[0-9]* \|CUDA_VISIBLE_DEVICES=[0-9,]*' | paste -d' ' - - | sed 's/  */ /g' | sort)
 assert_rc 0 "affinity: srun -n2 with 4 GPUs" -- \
   srun -N1 -n2 -p gpu-ae --gres=gpu:4 bash -c 'echo "rank=$SLURM_LOCALID CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"'
