@@ -140,11 +140,16 @@ struct Checkpointer::Impl {
   std::vector<std::string> rejected;  // by the last load_latest
   // Every checkpoint this Checkpointer loaded: the parents in the provenance of what it
   // saves from then on (ckpt/provenance.hpp). Only rank 0 records them (it writes the record).
-  // Hashed at the next save (on the writer thread for save_async), not at load: a resume
-  // must not read the whole checkpoint a second time before training can start.
+  // Named by the SHA-256 the load took of the bytes it read (one pass, the same descriptor:
+  // a file swapped after the load cannot become the parent). Only when that pass could not
+  // give it (a read failed), the file is hashed by name at the next save (on the writer
+  // thread for save_async): a resume must not read the whole checkpoint twice before training.
   std::vector<provenance::Parent> parents;
   std::vector<std::pair<provenance::Parent, bool>> unhashed;  // (parent without digest, drop its pages)
-  void note_parent(const LoadReport& r, std::uint32_t rank, bool drop);
+  LoadReport load(const fs::path& file, std::uint32_t rank, std::uint32_t world_size, bool drop,
+                  std::optional<std::string>* sha);
+  void note_parent(const LoadReport& r, std::uint32_t rank, bool drop, const std::optional<std::string>& sha);
+  void add_parent(const provenance::Parent& p);
   const std::vector<provenance::Parent>& hashed_parents();
 
   // Writes through `dir` (a pinned directory's /proc/self/fd/N); `shown` names it in reports.
@@ -417,17 +422,30 @@ std::optional<SaveReport> Checkpointer::wait() {
   return SaveHandle(job).wait();
 }
 
-void Checkpointer::Impl::note_parent(const LoadReport& r, std::uint32_t rank, bool drop) {
-  if (rank == 0) unhashed.push_back({{"", r.state.run_id, r.state.step, r.file.string()}, drop});
+LoadReport Checkpointer::Impl::load(const fs::path& file, std::uint32_t rank, std::uint32_t world_size, bool drop,
+                                    std::optional<std::string>* sha) {
+  // Only rank 0 writes the provenance record, so only it takes the digest.
+  return load_checkpoint(file, rank, world_size, key ? &*key : nullptr, drop, false, {}, rank == 0 ? sha : nullptr);
+}
+
+void Checkpointer::Impl::note_parent(const LoadReport& r, std::uint32_t rank, bool drop, const std::optional<std::string>& sha) {
+  if (rank != 0) return;
+  provenance::Parent p{sha.value_or(""), r.state.run_id, r.state.step, r.file.string()};
+  if (sha) add_parent(p);
+  else unhashed.push_back({p, drop});
+}
+
+void Checkpointer::Impl::add_parent(const provenance::Parent& p) {
+  for (const auto& q : parents)
+    if (q.sha256 == p.sha256) return;
+  parents.push_back(p);
 }
 
 const std::vector<provenance::Parent>& Checkpointer::Impl::hashed_parents() {
   for (auto& [p, drop] : unhashed) {
     try {
       p.sha256 = provenance::file_sha256(p.file, drop);
-      bool seen = false;
-      for (const auto& q : parents) seen = seen || q.sha256 == p.sha256;
-      if (!seen) parents.push_back(p);
+      add_parent(p);
     } catch (const std::exception& e) {
       log::warn("ckpt: the checkpoint loaded from " + p.file + " cannot be hashed, so later checkpoints do not name it " +
                 "as their parent: " + e.what());
@@ -439,9 +457,10 @@ const std::vector<provenance::Parent>& Checkpointer::Impl::hashed_parents() {
 
 LoadReport Checkpointer::load(const fs::path& file, std::uint32_t rank, std::uint32_t world_size) {
   wait();
-  LoadReport r = load_checkpoint(file, rank, world_size, impl_->key ? &*impl_->key : nullptr,
-                                 drop_read_cache(options_.read_cache, world_size));
-  impl_->note_parent(r, rank, drop_read_cache(options_.read_cache, world_size));
+  const bool drop = drop_read_cache(options_.read_cache, world_size);
+  std::optional<std::string> sha;
+  LoadReport r = impl_->load(file, rank, world_size, drop, &sha);
+  impl_->note_parent(r, rank, drop, sha);
   return r;
 }
 
@@ -456,10 +475,11 @@ std::optional<LoadReport> Checkpointer::load_latest(std::uint32_t rank, std::uin
   auto files = list_checkpoints(dir_);
   for (auto it = files.rbegin(); it != files.rend(); ++it) {
     try {
-      LoadReport r = load_checkpoint(*it, rank, world_size, impl_->key ? &*impl_->key : nullptr,
-                                     drop_read_cache(options_.read_cache, world_size));
-      if (accept) accept(r);
-      impl_->note_parent(r, rank, drop_read_cache(options_.read_cache, world_size));
+      const bool drop = drop_read_cache(options_.read_cache, world_size);
+      std::optional<std::string> sha;
+      LoadReport r = impl_->load(*it, rank, world_size, drop, &sha);
+      if (accept) accept(r);  // a checkpoint the caller refuses is no parent
+      impl_->note_parent(r, rank, drop, sha);
       r.rejected = rejected;
       log::info("ckpt: loaded " + it->string() + " (step " + std::to_string(r.state.step) +
                 (r.resharded ? ", resharded from world size " + std::to_string(r.saved_world_size) : std::string()) + ")");

@@ -94,12 +94,14 @@ bool drop_read_cache(ReadCache mode, std::uint32_t world_size) {
 }
 
 LoadReport load_checkpoint(const fs::path& file, std::uint32_t rank, std::uint32_t world_size, const crypto::Key* key,
-                           bool drop_behind, bool check_only, const Progress& progress) {
+                           bool drop_behind, bool check_only, const Progress& progress,
+                           std::optional<std::string>* main_sha256) {
   if (world_size == 0 || rank >= world_size)
     throw Error(explain("cannot load for rank " + std::to_string(rank) + " of " + std::to_string(world_size),
                         "the rank must be below the world size", "pass the caller's rank and world size"));
   // The key's id is checked before the manifests' tags, and both before any decryption.
   format::Reader reader(file, drop_behind, key);
+  if (main_sha256 != nullptr) reader.digest_main_file();
   const format::FileMeta& meta = reader.meta();
   if (!check_only || key != nullptr) check_key(meta, key, file);
   const std::uint64_t total = progress ? reader.total_stored_bytes() : 0;
@@ -179,6 +181,7 @@ LoadReport load_checkpoint(const fs::path& file, std::uint32_t rank, std::uint32
     }
     st.tensors.push_back(assemble(list, want, file.string()));
   }
+  if (main_sha256 != nullptr) *main_sha256 = reader.main_file_sha256();
   return out;
 }
 

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <filesystem>
+#include <optional>
+#include <string>
 
 #include "ckpt/crypto.hpp"
 #include "common/error.hpp"
@@ -24,8 +26,10 @@ bool drop_read_cache(ReadCache mode, std::uint32_t world_size);
 // shard's binding and every byte's checksum; with `key` also the key id, the manifests'
 // tags and each tensor's decryption. check_only (verify without a key): the bytes are
 // hashed, not kept, and an encrypted checkpoint is judged on its checksums alone.
+// main_sha256: set to the SHA-256 of the main file, taken in the same pass from the bytes
+// read (nullopt when a read for it failed; see format::Reader::main_file_sha256).
 LoadReport load_checkpoint(const std::filesystem::path& file, std::uint32_t rank, std::uint32_t world_size,
                            const crypto::Key* key, bool drop_behind = false, bool check_only = false,
-                           const Progress& progress = {});
+                           const Progress& progress = {}, std::optional<std::string>* main_sha256 = nullptr);
 
 }  // namespace saker::ckpt
