@@ -106,7 +106,9 @@ for n in "${ranks[@]}"; do
       v=$(verdict "$t" "$n" "$log")
       if [[ -z $v ]]; then
         # It did not finish everywhere: the launch ended in it (a crash), or before it.
-        if grep -aq "hvd-suite rank [0-9]*/$n $t start" "$log"; then
+        if grep -aq "hvd-suite rank [0-9]*/$n $t start" "$log" && grep -aq "exited with code 3;" "$log"; then
+          v="HANG a rank's watchdog ended the launch after $limit s"
+        elif grep -aq "hvd-suite rank [0-9]*/$n $t start" "$log"; then
           v="FAIL the launch ended during it: $(grep -a -m1 -E 'Error|Abort|killed|signal' "$log" | cut -c1-200)"
         elif [[ $i == 0 ]]; then
           v="FAIL the launch ended before it started: $(tail -1 "$log" | cut -c1-200)"

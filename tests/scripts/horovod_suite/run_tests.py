@@ -35,10 +35,13 @@ def horovod_env():
     return int(rank), int(size)
 
 
+_OUT = 1  # the real standard output (pytest redirects descriptor 1 while a test runs)
+
+
 def say(text):
     """One line, never glued to another rank's or pytest's unterminated output."""
     sys.stdout.flush()
-    os.write(1, ("\n" + text.replace("\n", " ")[:400] + "\n").encode())
+    os.write(_OUT, ("\n" + text.replace("\n", " ")[:400] + "\n").encode())
 
 
 class Reporter:
@@ -99,6 +102,8 @@ def main():
         sys.exit(f"run_tests.py: {suite} is not there; expected HOROVOD_TEST_DIR to hold Horovod's "
                  "test/ (parallel/test_torch.py and utils/common.py)")
     rank, size = horovod_env()
+    global _OUT
+    _OUT = os.dup(1)  # so that the watchdog's line gets out while pytest captures the test's output
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the horovod stand-in
     import pytest
     pytest.main([f"{suite}::TorchTests::{n}" for n in names] +
