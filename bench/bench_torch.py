@@ -6,8 +6,9 @@ result line: `result KEY VALUE_S`.
                 allreduced over the same process group, outside training); the same step
                 with DDP's communication off (no_sync) and with a backend that costs
                 nothing (a comm hook that returns the bucket at once).
-  fused       : a 64 MiB fp32 allreduce from Python, through saker.torch's fusion
-                buffer (hvd.allreduce_) and through the raw binding (one call).
+  fused [LABEL] : a 64 MiB fp32 allreduce from Python, through saker.torch's fusion
+                buffer (hvd.allreduce_) and through the raw binding (one call); keys
+                LABEL.fused64 and LABEL.raw64 (LABEL: python unless given).
   collectives : reduce-scatter, alltoall and allgather busbw (GB/s, nccl-tests' definition:
                 whole buffer x (n-1)/n / time) at 1, 4, 16 and 64 MiB, over the saker
                 backend, over torch's gloo backend in the same processes (a gloo group
@@ -103,7 +104,7 @@ def ddp(backend, label):
         print(f"result {label}.free {t_free:.6f}", flush=True)
 
 
-def fused():
+def fused(label):
     hvd.init()
     from saker.torch import runtime
     t = torch.ones(16 << 20)  # 64 MiB of fp32
@@ -121,7 +122,7 @@ def fused():
             times[name].append(time.perf_counter() - t0)
     if hvd.rank() == 0:
         for name, ts in times.items():
-            print(f"result python.{name} {statistics.median(ts):.6f}", flush=True)
+            print(f"result {label}.{name} {statistics.median(ts):.6f}", flush=True)
 
 
 def _gloo_reduce_scatter(out, inp, group):
@@ -179,4 +180,4 @@ if sys.argv[1] == "collectives":
 elif sys.argv[1] == "ddp":
     ddp(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else sys.argv[2])
 else:
-    fused()
+    fused(sys.argv[2] if len(sys.argv) > 2 else "python")

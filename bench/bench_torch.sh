@@ -10,56 +10,116 @@
 # also runs across 2 nodes of a private local Slurm cluster (one rank per node, saker-run
 # inside sbatch: Saker's automatic transport is then its TCP ring, Gloo's is TCP, both over
 # the nodes' addresses).
-# Usage: bench/bench_torch.sh [--cluster] [ROUNDS]   (run in the build tree, or set
-# SAKER_BUILDDIR; default 3 rounds; SAKER_PYTHON names another python3 with torch)
+# With --baseline DIR (the build tree of an older commit, e.g. of 189ae67^ in a git
+# worktree: `make python/saker/_comm.la` is enough), each round also runs that
+# build's saker DDP and fused runs, each beside this build's in turn (AB BA AB ...: a load
+# that drifts linearly adds as much to each side) and prints this/baseline per round (median
+# and min-max over the rounds), the same figures for baseline against baseline (round i+1
+# over round i: the noise floor, which says whether a 2% difference can be told apart here),
+# and each run's load average at its start and end; the TCP ring runs are left out.
+# Usage: bench/bench_torch.sh [--cluster] [--baseline DIR] [ROUNDS]   (run in the build tree,
+# or set SAKER_BUILDDIR; default 3 rounds; SAKER_PYTHON names another python3 with torch)
 set -euo pipefail
-cluster=0
-if [[ ${1:-} == --cluster ]]; then cluster=1; shift; fi
-if [[ ${1:-} == -h || ${1:-} == --help ]]; then sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
-[[ ${1:-3} =~ ^[1-9][0-9]*$ ]] || { echo "bench_torch: ROUNDS must be a positive number, not '$1' (usage: bench_torch.sh [--cluster] [ROUNDS])" >&2; exit 2; }
+cluster=0 baseline=
+while [[ ${1:-} == -* ]]; do
+  case $1 in
+    --cluster) cluster=1; shift ;;
+    --baseline) baseline=$(readlink -f "${2:-}"); shift 2 ;;
+    -h | --help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "bench_torch: unknown option '$1' (usage: bench_torch.sh [--cluster] [--baseline DIR] [ROUNDS])" >&2; exit 2 ;;
+  esac
+done
+[[ ${1:-3} =~ ^[1-9][0-9]*$ ]] || { echo "bench_torch: ROUNDS must be a positive number, not '$1' (usage: bench_torch.sh [--cluster] [--baseline DIR] [ROUNDS])" >&2; exit 2; }
 rounds=${1:-3}
 build=${SAKER_BUILDDIR:-$PWD}
 src=${SAKER_SRCDIR:-$(cd "$(dirname "$(readlink -f "$0")")/.." && pwd)}
 [[ -x $build/launcher/saker-run/saker-run ]] || { echo "bench_torch: no saker-run under $build; run it in the build tree" >&2; exit 1; }
-export PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}" OMP_NUM_THREADS=1
+# Each build needs its Python extension (what is measured: libsaker_comm is linked into
+# it); where python-stage has not run (it also builds saker._ckpt, which no run here
+# imports), its sources are linked beside the extension as python-stage does. The
+# baseline's own saker-run starts its ranks where it has one, else this build's (the
+# launcher only starts them).
+for b in "$build" ${baseline:+"$baseline"}; do
+  [[ -e $b/python/saker/.libs/_comm.so ]] ||
+    { echo "bench_torch: no python/saker/.libs/_comm.so under '$b'; run 'make python/saker/_comm.la' in that build tree" >&2; exit 1; }
+  bsrc=$(sed -n 's/^abs_top_srcdir = //p' "$b/Makefile")
+  for f in $(cd "$bsrc" && find python/saker -name '*.py'); do
+    mkdir -p "$b/$(dirname "$f")"
+    [[ -e $b/$f ]] || ln -s "$bsrc/$f" "$b/$f"
+  done
+  [[ -e $b/python/saker/_comm.so ]] || ln -s .libs/_comm.so "$b/python/saker/_comm.so"
+done
+pythonpath=${PYTHONPATH:-}
+export PYTHONPATH="$build/python${pythonpath:+:$pythonpath}" OMP_NUM_THREADS=1
 run="$build/launcher/saker-run/saker-run"
 py=${SAKER_PYTHON:-/usr/bin/python3}  # a python3 with torch (Debian's by default)
-out=$(mktemp)
+out=$(mktemp) pairs=$(mktemp) loads=$(mktemp)
 if ((cluster)); then
   (($(id -u) == 0)) || { echo "bench_torch: --cluster starts a private Slurm cluster and needs root" >&2; exit 1; }
   # The integration tests' cluster helpers: free ports, a private prefix, torn down at exit.
   SAKER_SRCDIR=$src SAKER_BUILDDIR=$build IT_NAME=bench_torch source "$src/tests/integration/lib.sh"
-  it_at_exit rm -f "$out"
+  it_at_exit rm -f "$out" "$pairs" "$loads"
   echo "bench_torch: starting a 2-node local cluster" >&2
   it_cluster_up --nodes 2 --gpus-per-node 0 --cpus-per-node 2 --no-job-submit >&2
 else
-  trap 'rm -f "$out"' EXIT
+  trap 'rm -f "$out" "$pairs" "$loads"' EXIT
 fi
 # One local run of 2 ranks; its results, once. --max-restarts 0: a rank that aborts at exit
 # after the results are out (Gloo's threads do without destroy_process_group, which hangs
 # there instead: 'terminate called without an active exception', 1 in 6 runs here) must not
 # make saker-run run the measurement again and count it twice.
-local_run() {
-  local log
+# local_run_in BUILD TAG CMD...: the same with BUILD's saker-run and Python package; TAG
+# names the run in the load table (round, tag, 1-minute load average at start and end) and,
+# with --baseline, its results go to the per-round pairs too.
+local_run_in() {
+  local b=$1 tag=$2 log l0 l1 _
+  shift 2
   log=$(mktemp)
-  if ! nice "$run" --local -n 2 --max-restarts 0 -- "$@" >"$log" 2>&1; then
+  read -r l0 _ </proc/loadavg
+  local launcher=$b/launcher/saker-run/saker-run
+  [[ -x $launcher ]] || launcher=$run
+  if ! PYTHONPATH="$b/python${pythonpath:+:$pythonpath}" nice "$launcher" --local -n 2 \
+    --max-restarts 0 -- "$@" >"$log" 2>&1; then
     echo "bench_torch: warning: '$*' failed; kept the results it printed: $(grep -m1 -E 'terminate|killed|rror' "$log")" >&2
   fi
+  read -r l1 _ </proc/loadavg
+  echo "$i $tag $l0 $l1" >> "$loads"
   grep '^result' "$log" >> "$out" || true
+  [[ -z $baseline ]] || grep '^result' "$log" | sed "s/^result/$i/" >> "$pairs" || true
   rm -f "$log"
+}
+local_run() { local_run_in "$build" "$1" "${@:2}"; }
+# One side of a --baseline pair: this build's ("head") or the baseline's ("base") saker run.
+# Keys: saker.* and python.* for this build, base.saker.* and base.python.* for the baseline.
+side_run() {
+  local side=$1 mode=$2 b=$build prefix= args
+  if [[ $side == base ]]; then b=$baseline prefix=base.; fi
+  if [[ $mode == ddp ]]; then args=(ddp saker "${prefix}saker"); else args=(fused "${prefix}python"); fi
+  local_run_in "$b" "$side.$mode" $py "$src/bench/bench_torch.py" "${args[@]}"
 }
 for ((i = 1; i <= rounds; i++)); do
   echo "round $i/$rounds" >&2
-  for b in saker gloo; do
-    local_run $py "$src/bench/bench_torch.py" ddp $b
-  done
-  # Saker's TCP ring, as between nodes (Gloo always uses TCP on 127.0.0.1).
-  local_run env SAKER_COMM_TRANSPORT=ring $py "$src/bench/bench_torch.py" ddp saker saker-tcp
-  local_run $py "$src/bench/bench_torch.py" fused
+  if [[ -n $baseline ]]; then
+    # This build and the baseline side by side, the order turned each round (AB BA AB ...).
+    if ((i % 2)); then first=head second=base; else first=base second=head; fi
+    side_run $first ddp; side_run $second ddp
+    side_run $second fused; side_run $first fused
+    local_run gloo.ddp $py "$src/bench/bench_torch.py" ddp gloo
+  else
+    for b in saker gloo; do
+      local_run $b.ddp $py "$src/bench/bench_torch.py" ddp $b
+    done
+    # Saker's TCP ring, as between nodes (Gloo always uses TCP on 127.0.0.1).
+    local_run tcp.ddp env SAKER_COMM_TRANSPORT=ring $py "$src/bench/bench_torch.py" ddp saker saker-tcp
+    local_run fused $py "$src/bench/bench_torch.py" fused
+  fi
   # The C++ benchmark's 64 MiB allreduce (Saker, one node, np 2): its busbw equals algbw
   # at np=2, so the time is bytes / busbw.
+  read -r l0 _ </proc/loadavg
   nice "$build/bench/bench_allreduce" --quick --rounds 1 --sizes 67108864 --modes one-node 2>/dev/null |
     awk '$1 == 67108864 {printf "result cxx.raw64 %.6f\n", 67108864 / ($2 * 1e9); exit}' >> "$out" || true
+  read -r l1 _ </proc/loadavg
+  echo "$i cxx $l0 $l1" >> "$loads"
   if ((cluster)); then
     for b in saker gloo; do
       echo "round $i/$rounds: $b across 2 nodes" >&2
@@ -74,7 +134,7 @@ for ((i = 1; i <= rounds; i++)); do
     done
   fi
 done
-$py - "$out" <<'PY'
+$py - "$out" "$pairs" "$loads" <<'PY'
 import statistics, sys
 v = {}
 for line in open(sys.argv[1]):
@@ -97,6 +157,7 @@ v["free.step"] = v.get("saker.free", []) + v.get("gloo.free", [])
 show("nosync.step", "DDP step without communication (no_sync)")
 n = show("free.step", "DDP step, a backend that costs nothing")
 if n and g: print(f"{'  best reachable ratio: free backend/gloo':44s} {n/g:9.2f}")
+if n and "saker.step" in v: print(f"{'  ratio saker/free backend (target <= 1.03)':44s} {statistics.median(v['saker.step'])/n:9.2f}")
 s, g = show("saker.allreduce", "allreduce per step, saker backend"), show("gloo.allreduce", "allreduce per step, gloo backend")
 if s and g: print(f"{'  ratio saker/gloo (target <= 0.5)':44s} {s/g:9.2f}")
 t, ts = show("saker-tcp.allreduce", "allreduce per step, saker, TCP ring"), show("saker-tcp.step", "DDP step, saker, TCP ring")
@@ -109,4 +170,33 @@ f, r, c = (show("python.fused64", "64 MiB allreduce, Python, fusion buffer"), sh
            show("cxx.raw64", "64 MiB allreduce, C++ bench_allreduce"))
 if f and c: print(f"{'  ratio Python fused / C++ (target <= 1.10)':44s} {f/c:9.2f}")
 if r and c: print(f"{'  ratio Python one call / C++':44s} {r/c:9.2f}")
+# --baseline: this build over the baseline, round by round, beside baseline over baseline.
+rounds = {}
+for line in open(sys.argv[2]):
+    i, k, x = line.split()
+    rounds.setdefault(int(i), {})[k] = float(x)
+def spread(xs):
+    q = statistics.quantiles(xs, n=4) if len(xs) > 1 else xs * 3
+    return f"median {statistics.median(xs):.3f} (quartiles {q[0]:.3f}-{q[2]:.3f}, min {min(xs):.3f}, max {max(xs):.3f}, {len(xs)})"
+if rounds:
+    print("\nthis build / baseline, per round (pairs in turns: AB BA ...), and the noise floor")
+    for k, label in (("saker.step", "DDP step"), ("saker.allreduce", "allreduce per step"),
+                     ("python.fused64", "64 MiB fused (hvd.allreduce_)"), ("python.raw64", "64 MiB one call")):
+        ab = [d[k] / d["base." + k] for d in rounds.values() if k in d and "base." + k in d]
+        bb = [rounds[j + 1]["base." + k] / rounds[j]["base." + k] for j in rounds
+              if j + 1 in rounds and "base." + k in rounds[j] and "base." + k in rounds[j + 1]]
+        if ab: print(f"  {label:30s} this/baseline     {spread(ab)}")
+        if bb: print(f"  {label:30s} baseline/baseline {spread(bb)}")
+    print("per round: DDP step and fused 64 MiB (ms), this build / baseline")
+    for i, d in sorted(rounds.items()):
+        f = lambda k: f"{d[k]*1e3:7.1f}" if k in d else "    n/a"
+        print(f"  round {i} ({'this build' if i % 2 else 'baseline'} first): step {f('saker.step')} / {f('base.saker.step')}, "
+              f"fused {f('python.fused64')} / {f('base.python.fused64')}")
+print("\nload average (1 min) at each run's start>end; the machine is shared")
+by_round = {}
+for line in open(sys.argv[3]):
+    i, tag, l0, l1 = line.split()
+    by_round.setdefault(i, []).append(f"{tag} {l0}>{l1}")
+for i, runs in by_round.items():
+    print(f"  round {i}: " + ", ".join(runs))
 PY
