@@ -17,6 +17,7 @@ HOROVOD_RANK/SIZE/LOCAL_*/CROSS_*, from saker-run's: the suite reads it to take 
 Gloo branch (init -> shutdown -> init is tested, each test ends with barrier + shutdown).
 """
 
+import faulthandler
 import os
 import sys
 import threading
@@ -62,6 +63,7 @@ class Reporter:
 
     def hung(self, name):
         say(f"{self.prefix} {name} hang: still running after {self.limit:g} s")
+        faulthandler.dump_traceback(file=_OUT, all_threads=True)  # where each thread waits
         os._exit(3)
 
     def pytest_runtest_logreport(self, report):
