@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # gpu_machine.sh: Saker's GPU checks on a machine that has a GPU and a CUDA build of torch
-# but none of Saker's build dependencies (Slurm, HDF5, Boost...), e.g. a lent CUDA box.
+# but none of Saker's build dependencies (Slurm, HDF5, hwloc...), e.g. a lent CUDA box.
 #
 #   gpu_machine.sh bundle BUILD DEST   (here) copy the built programs in BUILD's layout,
 #                                      plus the shared libraries they need that are not
