@@ -70,6 +70,28 @@ std::string attestation_path(const std::string& dir, const std::string& node, st
   return record + "." + step + ".att";
 }
 
+namespace {
+// Writes TEXT to PATH through a temporary of this process renamed over it, so that a reader
+// sees the old file or the whole new one, never a part. FINISH (ownership, mode) runs on the
+// temporary's descriptor before the rename. "" or what failed, naming the file.
+template <typename Finish>
+std::string replace_file(const std::string& path, const std::string& text, mode_t create_mode, Finish finish) {
+  const std::string tmp = path + ".tmp" + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, create_mode);
+  if (fd < 0) return "cannot create " + tmp + ": " + std::strerror(errno);
+  bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  ok = ok && finish(fd);
+  const int err = errno;
+  ::close(fd);
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = ok ? errno : err;
+    ::unlink(tmp.c_str());
+    return "cannot write " + path + ": " + std::strerror(e);
+  }
+  return "";
+}
+}  // namespace
+
 std::string write_attestation_file(const std::string& path, const std::string& text, std::uint32_t gid) {
   const std::string node_dir = path.substr(0, path.rfind('/'));
   const std::string dir = node_dir.substr(0, node_dir.rfind('/'));
@@ -81,19 +103,8 @@ std::string write_attestation_file(const std::string& path, const std::string& t
       return d + " is not a directory of uid " + std::to_string(::geteuid()) +
              " that only it may write; remove it (spank_saker.so makes it again)";
   }
-  const std::string tmp = path + ".tmp" + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0400);
-  if (fd < 0) return "cannot create " + tmp + ": " + std::strerror(errno);
-  bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  ok = ok && ::fchown(fd, ::geteuid(), gid) == 0 && ::fchmod(fd, 0440) == 0;
-  const int err = errno;
-  ::close(fd);
-  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = ok ? errno : err;
-    ::unlink(tmp.c_str());
-    return "cannot write " + path + ": " + std::strerror(e);
-  }
-  return "";
+  // Readable by the job's group (the task reads its attestation), written by root only.
+  return replace_file(path, text, 0400, [gid](int fd) { return ::fchown(fd, ::geteuid(), gid) == 0 && ::fchmod(fd, 0440) == 0; });
 }
 
 std::string known_key_path(const std::string& state_dir, const std::string& node) {
@@ -124,18 +135,7 @@ std::string write_known_key(const std::string& path, const provenance::SiteKey& 
   const std::string text = std::string(kKnownKeyHead) + "\nfile=" + key.file_id + "\npub=" +
                            provenance::hex(std::string_view(reinterpret_cast<const char*>(key.pub.data()), key.pub.size())) +
                            "\n";
-  const std::string tmp = path + ".tmp" + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) return "cannot create " + tmp + ": " + std::strerror(errno);
-  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  const int err = errno;
-  ::close(fd);
-  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = ok ? errno : err;
-    ::unlink(tmp.c_str());
-    return "cannot write " + path + ": " + std::strerror(e);
-  }
-  return "";
+  return replace_file(path, text, 0600, [](int) { return true; });
 }
 
 int remove_job_attestations(const std::string& dir, const std::string& node, std::uint32_t job_id) {
