@@ -19,7 +19,9 @@
 // through the node's shared memory (ShmGroup::alltoallv), the leaders share the finished
 // segments (Ring::allgather) and each leader hands the whole sum to its node's ranks
 // (ShmGroup::broadcast). Large sums go window by window (a chunk of every segment at a
-// time), so that memory stays bounded.
+// time), so that memory stays bounded. Small sums (count x L floats within 256 KiB) skip
+// the N + 1 steps: the leaders allgather every node's terms at once and each folds every
+// segment in the same order alone (sum_gathered), one exchange between nodes.
 //
 // Bytes between nodes: each leader sends about the whole buffer once around the ring and
 // (N-1)/N of it in the allgather, whatever the ranks per node; the flat ring over all R
@@ -61,6 +63,9 @@ class NodeChain {
   // As OrderedReduce::sum: this rank's map.count(rank) contributions in logical order;
   // out (which may be parts[0]) receives the canonical sum on every rank.
   void sum(std::span<float* const> parts, std::size_t count, float* out);
+  // Whether a sum of count floats takes one exchange between the nodes (sum_gathered):
+  // then no other path is faster, and OrderedReduce does not time one against it.
+  bool one_exchange(std::size_t count) const;
   // Elements of each canonical segment one window carries.
   std::size_t window() const { return window_; }
 
@@ -71,6 +76,7 @@ class NodeChain {
     std::size_t total = 0;
   };
   Window window_at(const std::vector<std::size_t>& seg, std::size_t index) const;
+  void sum_gathered(std::span<float* const> parts, const std::vector<std::size_t>& seg, std::size_t count, float* out);
   void gather_terms(std::span<float* const> parts, const Window& w);
   const float* term(std::span<float* const> parts, const Window& w, int worker, int s) const;
   // acc[s] (+)= terms of workers [from, to) of segment s, in worker order.

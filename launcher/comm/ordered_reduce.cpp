@@ -112,7 +112,7 @@ void OrderedReduce::sum(std::span<float* const> parts, std::size_t count, float*
     return;
   }
   if (chain_) {
-    if (map_.logical() == map_.world()) chain_or_ring(parts, count, out);
+    if (map_.logical() == map_.world() && !chain_->one_exchange(count)) chain_or_ring(parts, count, out);
     else chain_->sum(parts, count, out);
     return;
   }

@@ -23,6 +23,9 @@
 //     on the network (the chain sends each node's bytes once, the ring every rank's) and
 //     on the node (the chain's leader folds alone): the ranks time both per size class
 //     and agree on the pick (TimedChoice, tuning.hpp), which never changes a result.
+//     Small sums (NodeChain::one_exchange) are not timed: the chain takes them in one
+//     exchange between nodes, fewer steps than the ring's, and the agreements' own
+//     allreduce every 8th call cost about 2% of a small model's step.
 //   - L == world size, one worker per rank, across nodes (or SAKER_COMM_TRANSPORT=ring):
 //     one ring allreduce (the communicator is set to Transport::ring). The bytes moved
 //     are exactly a ring allreduce's.
