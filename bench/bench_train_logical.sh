@@ -83,7 +83,7 @@ done
 sum_bin=$builddir/bench/bench_train_logical_sum
 if [[ -x $sum_bin ]]; then
   line=$(env "${env[@]}" "$run" --local -n "$ranks" -- "$sum_bin" 6536 | grep '^floats ') || { echo "bench_train_logical: $sum_bin failed" >&2; exit 1; }
-  read -r _ floats _ _ _ path _ pairs _ block _ pm p1 p3 _ cm c1 c3 _ dm d1 d3 <<<"$line"
+  read -r _ floats _ _ _ path _ pairs _ block _ pm p1 p3 _ cm c1 c3 _ dm d1 d3 _ <<<"$line"  # _: the fields after (nodes, baseline)
   base_ms=$(cut -d' ' -f1 "$tmp/pairs" | median)
   printf 'the sum alone (%s floats, %s path, %s pairs of %s-call blocks): transport allreduce %.2f us (quartiles %.2f..%.2f), canonical order %.2f us (%.2f..%.2f)\n' \
     "$floats" "$path" "$pairs" "$block" "$pm" "$p1" "$p3" "$cm" "$c1" "$c3"
