@@ -13,10 +13,13 @@
  * as NAME. HARNESS_DATASET=LIST is the step's --dataset, HARNESS_JOB_ID and
  * HARNESS_STEP_ID its ids (default step: the harness's pid, a new step per run as in a
  * job), HARNESS_SPOOL the slurmd spool (the topology cache), HARNESS_CONF slurm.conf's path.
- * The SPANK calls are defined here (-rdynamic exports them); hostlists come from libslurm.
- * It links libhwloc as Debian's slurmstepd does, so that a library slurmstepd has loaded
- * already is not counted as the plugin's (plugins/spank/Makefile.inc builds it:
- * make bench/spank_step_harness). */
+ * The SPANK calls are defined here (-rdynamic exports them); hostlists come from libslurm
+ * (plugins/spank/Makefile.inc builds it: make bench/spank_step_harness).
+ * HARNESS_PRELOAD=LIB[:LIB...] loads libraries before the plugin, as the daemon that runs
+ * it has them: Debian's slurmstepd links libhwloc, so bench/spank_step_profile.sh preloads
+ * it and a library slurmstepd has loaded already is not counted as the plugin's. Without
+ * it the harness links no more than libslurm, as srun and a bare machine: what
+ * tests/integration/spank_lazy_libs.sh needs to see the plugin load libraries itself. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdarg.h>
@@ -150,6 +153,16 @@ int main(int argc, char** argv) {
   g_step_id = getenv("HARNESS_STEP_ID") ? (uint32_t)strtoul(getenv("HARNESS_STEP_ID"), NULL, 10) : (uint32_t)getpid();
   slurm_conf.slurmd_spooldir = getenv("HARNESS_SPOOL");
   slurm_conf.slurm_conf = getenv("HARNESS_CONF");
+  const char* preload = getenv("HARNESS_PRELOAD");
+  if (preload && *preload) {
+    char* list = strdup(preload);
+    for (char* lib = strtok(list, ":"); lib; lib = strtok(NULL, ":"))
+      if (dlopen(lib, RTLD_NOW | RTLD_GLOBAL) == NULL) {
+        fprintf(stderr, "harness: HARNESS_PRELOAD: %s\n", dlerror());
+        return 2;
+      }
+    free(list);
+  }
   void* so = NULL;
   if (strcmp(argv[1], "none") != 0 && (so = dlopen(argv[1], RTLD_LAZY)) == NULL) {
     fprintf(stderr, "harness: %s\n", dlerror());

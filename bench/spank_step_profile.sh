@@ -20,6 +20,8 @@ RUNS=${SAKER_BENCH_RUNS:-200}
 ROUNDS=${SAKER_BENCH_ROUNDS:-5}
 COMPARE=${SAKER_BENCH_COMPARE:-}
 harness=$BUILD/bench/spank_step_harness
+# Debian's slurmstepd links libhwloc (and with it libudev): the plugin finds it loaded there.
+export HARNESS_PRELOAD=${HARNESS_PRELOAD-libhwloc.so.15}
 so=$BUILD/plugins/spank/.libs/spank_saker.so
 [[ $(id -u) == 0 ]] || { echo "spank_step_profile: needs root (the attestation key must be root's, as in slurmstepd); skipped"; exit 0; }
 command -v perf >/dev/null || { echo "spank_step_profile: needs perf (linux-perf); skipped"; exit 0; }
