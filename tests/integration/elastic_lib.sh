@@ -75,12 +75,13 @@ elastic_kill_node() {
 }
 
 # elastic_rank_pid JOB RANK: the pid of RANK of JOB's running attempt: of the saker-train
-# processes of that rank on this cluster (rank_pid, train_lib.sh), the one started last. A
+# processes (or ELASTIC_RANK_COMM's: python3 for a saker.torch script) of that rank on this
+# cluster (rank_pid, train_lib.sh), the one started last. A
 # stopped attempt's rank can still be exiting when the next attempt runs (after a shrink
 # the test kills again at once); killing it would leave the running attempt untouched.
 elastic_rank_pid() {
   local job=$1 rank=$2 pid env best="" start latest=-1
-  for pid in $(pgrep -x saker-train); do
+  for pid in $(pgrep -x "${ELASTIC_RANK_COMM:-saker-train}"); do
     env=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null) || continue
     grep -qx "SLURM_CONF=$SLURM_CONF" <<<"$env" && grep -qx "SLURM_JOB_ID=$job" <<<"$env" &&
       grep -qx "RANK=$rank" <<<"$env" || continue

@@ -7,13 +7,16 @@ must be the same bits on every world size 1..L (tests/python/torch_elastic_logic
 elastic is logical inside hvd.elastic.run with a TorchState committed every 5 steps;
 LOGICAL_NOTICE=STEP:SIZE has rank 0 write SIZE into $SAKER_RESIZE_NOTICE after STEP
 steps, as saker-run does to resize (every rank then stops at the next commit, exit 75,
-and the same command at another size resumes from it). plain trains the way a Horovod script does (each rank its share of the batch, its own
+and the same command at another size resumes from it). LOGICAL_STEPS (default 30) and
+LOGICAL_SLEEP_MS (default 0, a pause per step) make a run long enough for a node to be
+lost and to return under it (tests/integration/elastic_torch.sh). plain trains the way a Horovod script does (each rank its share of the batch, its own
 random numbers, an allreduce of the gradients): the control whose hash follows the world
 size, which shows the comparison can fail."""
 
 import hashlib
 import os
 import sys
+import time
 
 import torch
 
@@ -31,6 +34,8 @@ data = torch.Generator().manual_seed(7)
 X = torch.randn(512, 16, generator=data) * torch.logspace(-3, 3, 16)  # wide magnitudes: order shows in the bits
 y = torch.randint(0, 3, (512,), generator=data)
 B = 64
+STEPS = int(os.environ.get("LOGICAL_STEPS", "30"))
+SLEEP = int(os.environ.get("LOGICAL_SLEEP_MS", "0")) / 1000
 
 
 def loss_of(xb, yb):
@@ -69,18 +74,22 @@ if mode == "elastic":
     def train(state):
         global workers
         workers = hvd.elastic.LogicalWorkers(state.logical, seed=1)
-        while state.step < 30:
+        while state.step < STEPS:
             one_step(state.step)
             state.step += 1
+            if SLEEP:
+                time.sleep(SLEEP)
             if notice and hvd.rank() == 0 and int(notice.split(":")[0]) == state.step:
                 with open(os.environ["SAKER_RESIZE_NOTICE"], "w") as f:
                     f.write(notice.split(":")[1] + "\n")
             if state.step % 5 == 0:
                 state.commit()
+                if hvd.rank() == 0:
+                    print(f"committed step {state.step}/{STEPS} on {hvd.size()} ranks", flush=True)
 
     train(state)
 else:
-    for step in range(30):
+    for step in range(STEPS):
         one_step(step)
 digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()[:32]
 print(f"rank {hvd.rank()}/{hvd.size()} {mode} params {digest}", flush=True)
