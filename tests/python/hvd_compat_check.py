@@ -17,6 +17,7 @@ The expected values are Horovod's documented semantics (v0.28), written here fro
 Each rank prints "compat ok MODE rank R/N" at the end; any failed check raises.
 """
 
+import gc
 import sys
 import warnings
 
@@ -366,6 +367,19 @@ def mismatch(r, n, only=None):
 
 
 def lifecycle(r, n, times):
+    # A refused ordered collective (each rank names itself the root) keeps its error for
+    # synchronize. The error's frames held the communicator in a reference cycle, so after
+    # shutdown() the old communicator was left to Python's garbage collector: collected on
+    # one rank only, its teardown (collective) waited for the others for ever with the GIL
+    # held, and the next collective hung (Horovod's own suite: test_async_sparse_allreduce).
+    for i in range(2):
+        raises(RuntimeError, lambda: hvd.broadcast(torch.ones(1), root_rank=r, name=f"gc.root.{i}"), ("root",))
+        hvd.shutdown()
+        hvd.init()
+        if r == n - 1:
+            gc.collect()
+        x = hvd.allreduce(torch.ones(1), op=hvd.Sum, name=f"gc.after.{i}")
+        check(torch.equal(x, torch.full((1,), float(n))), f"a collective after one rank collected the old communicator ({i})")
     # An allreduce left in flight at shutdown() (never synchronized): the library's threads may
     # write into its buffer until the communicator is gone. Freed first, it crashed a rank
     # (SIGSEGV, or a corrupted heap later on).

@@ -34,6 +34,7 @@ import itertools
 import json
 import math
 import pickle
+import traceback
 import zlib
 
 import torch
@@ -225,6 +226,13 @@ def _start_through(d):
         try:
             e.started = _pending.pop(e.start())
         except Exception as err:  # noqa: BLE001 - raised by this one's synchronize
+            # Kept for synchronize without its frames' locals: they hold the communicator,
+            # and through this cycle (e -> err -> traceback -> frame -> e) it would outlive
+            # shutdown() until Python's garbage collector ran, on one rank at a time. Its
+            # teardown is collective, so that rank then waited for ever for the others, with
+            # the GIL held (Horovod's suite: test_async_sparse_allreduce hung after the
+            # error tests).
+            traceback.clear_frames(err.__traceback__)
             e.started = err
 
 
