@@ -10,17 +10,16 @@
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <ostream>
-#include <set>
 #include <sstream>
 
 #include "common/cli.hpp"
 #include "common/error.hpp"
 #include "saker/ckpt.hpp"
 #include "sweep/report.hpp"
+#include "sweep/sweep_dir.hpp"
 #include "sweep/submit.hpp"
 #include "sweep/worker.hpp"
 
@@ -81,145 +80,6 @@ const std::string& sweep_arg(const Args& a) { return a.positional.front(); }
 
 Exit usage_error(const std::string& what, const std::string& why, const std::string& fix) {
   return Exit{kUsage, saker::explain(what, why, fix)};
-}
-
-// ---- Sweeps and their state directories ---------------------------------------------------
-
-std::string trim(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
-}
-
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-std::string absolute(const std::string& path) { return fs::absolute(path).lexically_normal().string(); }
-
-// A sweep as a command sees it: the spec, and the file it came from ("" : loaded from its
-// state directory).
-struct Sweep {
-  Spec spec;
-  std::string file;
-  bool adopt = false;  // its state is in a directory of the old layout, not yet marked as its own
-};
-
-// Whose state DIR is: the sweep file recorded in DIR/file ("" : none recorded).
-std::string owner_of(const fs::path& dir) { return trim(Store(dir).read_file("file")); }
-
-// Whether the state in `dir` may be the file `file`'s: no owner recorded, the file itself
-// (by any path), or an owner that no longer exists (the file was moved or renamed).
-bool owned_by(const fs::path& dir, const std::string& file) {
-  const std::string owner = owner_of(dir);
-  std::error_code ec;
-  return owner.empty() || owner == absolute(file) || !fs::exists(owner, ec) || fs::equivalent(owner, file, ec);
-}
-
-// A sweep file, or a sweep's state directory (its frozen copy and origin). Read-only.
-Sweep load(const std::string& what) {
-  if (fs::is_directory(what)) {
-    const fs::path copy = fs::path(what) / "sweep.yaml";
-    if (!fs::exists(copy))
-      throw Exit{kUnusable, saker::explain(what + " is not a sweep directory", "there is no sweep.yaml in it",
-                                           "pass the sweep file, or the state directory (dir:) that saker-sweep run "
-                                           "or submit filled")};
-    const std::string origin = trim(slurp(fs::path(what) / "origin"));
-    return {load_string(slurp(copy), copy.string(), origin.empty() ? fs::path(what) : fs::path(origin), {}, what), "",
-            false};
-  }
-  std::error_code ec;
-  if (!fs::exists(what, ec))
-    throw Exit{kUnusable, saker::explain("saker-sweep: no sweep file " + what,
-                                         "it does not exist (in " + fs::absolute(what).parent_path().string() + ")",
-                                         "check the path, or write the file (saker-sweep.yaml(5))")};
-  Sweep s{load_file(what), what, false};
-  const Spec& spec = s.spec;
-  const std::string text = slurp(what);
-  // The old layout: NAME.sweep beside the file, whatever the file's name, without DIR/file.
-  // Its state is this file's when its frozen copy is this very text; it is then used as it
-  // is (and marked as this file's when the sweep runs again).
-  if (spec.dir == default_dir(spec.base, what, spec.name) && !fs::exists(spec.dir)) {
-    const fs::path old = spec.base / (spec.name + ".sweep");
-    if (old != spec.dir && fs::exists(old / "sweep.yaml", ec)) {
-      const std::string owner = owner_of(old);
-      if (owner.empty() ? slurp(old / "sweep.yaml") == text : owner == absolute(what) || fs::equivalent(owner, what, ec)) {
-        s.spec = load_string(text, what, spec.base, {}, old);
-        s.adopt = owner.empty();
-        return s;
-      }
-    }
-  }
-  if (!owned_by(spec.dir, what))
-    throw Exit{kConflict, saker::explain(
-                              spec.dir.string() + " holds the state of sweep file " + owner_of(spec.dir) + ", not of " +
-                                  what,
-                              "both files name that directory (dir:), and one state cannot hold two sweeps' trials",
-                              "give " + what + " a dir: of its own, or pass " + owner_of(spec.dir))};
-  return s;
-}
-
-// Lineages outside DIR (checkpoints: on shared storage) are keyed by the name alone:
-// CHECKPOINTS/NAME/.saker-sweep-state records the state directory of the sweep whose
-// lineages they are, so two sweeps of one name never resume from each other's checkpoints.
-// Best effort where this node cannot write there (the trials' nodes make the lineages).
-void claim_lineages(const Spec& spec) {
-  const fs::path root = spec.checkpoints / spec.name;
-  const fs::path inside = root.lexically_relative(spec.dir);
-  if (!inside.empty() && *inside.begin() != "..") return;  // in DIR: keyed with it
-  const std::string owner = trim(slurp(root / ".saker-sweep-state"));
-  std::error_code ec;
-  if (!owner.empty() && owner != spec.dir.string() && fs::exists(fs::path(owner) / "sweep.yaml", ec) &&
-      !fs::equivalent(owner, spec.dir, ec))
-    throw Exit{kConflict,
-               saker::explain("the lineages in " + root.string() + " are those of the sweep whose state is " + owner,
-                              "two sweeps named " + spec.name + " with one checkpoints: would resume from each "
-                              "other's checkpoints",
-                              "give this sweep another name:, or another checkpoints:")};
-  if (owner.empty()) try {
-      Store(root).write_file(".saker-sweep-state", spec.dir.string() + "\n");
-    } catch (const std::exception&) {
-    }
-}
-
-// For status, best and report, which read a sweep: run and submit refuse a sweep file
-// changed since its trials ran (freeze); these read it as it is now, and say so.
-Sweep load_reading(const std::string& what) {
-  Sweep s = load(what);
-  if (s.file.empty()) return s;
-  const std::string frozen = Store(s.spec.dir).read_file("sweep.yaml");
-  if (!frozen.empty() && frozen != slurp(s.file))
-    (*g_err) << "saker-sweep: note: " << s.file << " changed since sweep " << s.spec.name
-             << " first ran from it: what follows reads the file as it is now; saker-sweep status "
-             << s.spec.dir.string() << " reads the copy its trials ran with\n";
-  return s;
-}
-
-// Before a sweep runs (run, submit): records the sweep file in its directory the first
-// time; later, refuses a changed one.
-void freeze(const Sweep& s) {
-  claim_lineages(s.spec);
-  if (s.file.empty()) return;  // run from its directory: the frozen copy itself
-  const Spec& spec = s.spec;
-  const Store store(spec.dir);
-  const std::string text = slurp(s.file), frozen = store.read_file("sweep.yaml");
-  if (!frozen.empty() && frozen != text) {
-    const bool known = !owner_of(spec.dir).empty();
-    throw Exit{kConflict,
-               saker::explain("the sweep file " + s.file + " changed since sweep " + spec.name + " first ran from it" +
-                                  (known ? "" : " (or another file of that name: first ran in " + spec.dir.string() + ")") +
-                                  "; the copy it ran with is " + (spec.dir / "sweep.yaml").string(),
-                              "its trials would no longer match the ones already run",
-                              "restore the file, or give the changed sweep its own dir: (or another name:), or "
-                              "remove " + spec.dir.string() + " to start it over")};
-  }
-  if (frozen.empty()) {
-    store.write_file("sweep.yaml", text);
-    store.write_file("origin", spec.base.string() + "\n");
-  }
-  if (owner_of(spec.dir) != absolute(s.file)) store.write_file("file", absolute(s.file) + "\n");
 }
 
 std::string host_name() {
@@ -290,7 +150,7 @@ std::string live_array(const Spec& spec) {
     if (!line.empty()) last = line.substr(0, line.find(' '));
   if (last.empty()) return "";
   const Captured q = run_captured({{"squeue", "-h", "-r", "-j", last, "-o", "%i %T"}, {}, {}});
-  return q.status == 0 && !trim(q.out).empty() ? last : "";
+  return q.status == 0 && !trim_end(q.out).empty() ? last : "";
 }
 
 // The trials not finished yet, read without the lock when nothing is to be written.
@@ -305,7 +165,7 @@ std::vector<std::size_t> todo_of(const Spec& spec, bool writes) {
 
 int submit(const Args& a) {
   const std::string& file = sweep_arg(a);
-  const Sweep sw = load(file);
+  const Sweep sw = load_sweep(file);
   const Spec& spec = sw.spec;
   if (const std::string job = live_array(spec); !job.empty())
     throw Exit{kConflict, saker::explain("sweep " + spec.name + "'s job array " + job + " still has tasks in Slurm",
@@ -335,14 +195,14 @@ int submit(const Args& a) {
   fs::create_directories(spec.dir / "slurm");
   const Captured r = run_captured({argv, {}, {}});
   if (r.status == 127)
-    throw Exit{kUnusable, saker::explain("saker-sweep: cannot run sbatch", trim(r.err),
+    throw Exit{kUnusable, saker::explain("saker-sweep: cannot run sbatch", trim_end(r.err),
                                          "install Slurm's client and put sbatch in PATH, or use saker-sweep run")};
   (*g_err) << r.err;  // the policy's notes: "partition set to ...", "feature ... added"
   if (r.status != 0)
     throw Exit{kRefused, "saker-sweep: sbatch refused sweep " + spec.name + "'s job array (exit " +
-                             std::to_string(r.status) + "): " + trim(r.err) +
+                             std::to_string(r.status) + "): " + trim_end(r.err) +
                              "; fix the sweep file's slurm: section (or the datasets) and submit again"};
-  const std::string job = trim(r.out).substr(0, trim(r.out).find(';'));
+  const std::string job = trim_end(r.out).substr(0, trim_end(r.out).find(';'));
   store.append_file("jobs", job + " " + std::to_string(::time(nullptr)) + " " + array_ranges(todo) + "\n");
   (*g_out) << "saker-sweep: submitted job array " << job << " for sweep " << spec.name << ": " << todo.size() << " of "
            << spec.trial_count() << " trials (" << array_ranges(todo) << ")"
@@ -353,7 +213,7 @@ int submit(const Args& a) {
 }
 
 int run_here(const Args& a) {
-  const Sweep sw = load(sweep_arg(a));
+  const Sweep sw = load_sweep(sweep_arg(a));
   const Spec& spec = sw.spec;
   const bool dry_run = a.has("dry-run");
   const std::vector<std::size_t> todo = todo_of(spec, !dry_run);
@@ -416,7 +276,7 @@ int trial(const Args& a) {
     throw Exit{kUnusable, saker::explain("saker-sweep trial is not inside a job array task",
                                          "SLURM_ARRAY_TASK_ID or SLURM_ARRAY_JOB_ID is not set",
                                          "use saker-sweep submit (or saker-sweep run without Slurm)")};
-  const Spec spec = load(sweep_arg(a)).spec;
+  const Spec spec = load_sweep(sweep_arg(a)).spec;
   const std::string restarts = std::getenv("SLURM_RESTART_COUNT") != nullptr ? std::getenv("SLURM_RESTART_COUNT") : "0";
   (*g_out) << "saker-sweep: sweep " << spec.name << " task " << task << " of array " << array << " (job "
            << (std::getenv("SLURM_JOB_ID") != nullptr ? std::getenv("SLURM_JOB_ID") : "?") << ", restart count "
@@ -432,7 +292,7 @@ int trial(const Args& a) {
 // Read-only: the best trial, and the command that reproduces it in a fresh lineage that
 // the command itself makes (the first DIR/reproduce/trial-ID.K that does not exist).
 int best(const Args& a) {
-  const Spec spec = load_reading(sweep_arg(a)).spec;
+  const Spec spec = load_sweep_reading(sweep_arg(a), *g_err).spec;
   const auto rs = rows(spec, sweep_arg(a));
   const auto states = states_of(rs);
   const auto b = best_trial(spec, states);
@@ -464,7 +324,7 @@ int best(const Args& a) {
 }
 
 int report(const Args& a) {
-  const Spec spec = load_reading(sweep_arg(a)).spec;
+  const Spec spec = load_sweep_reading(sweep_arg(a), *g_err).spec;
   const auto rs = rows(spec, sweep_arg(a));
   const std::string metric = a.has("metric") ? a.get("metric") : spec.metric;
   const std::vector<std::string> known = reported_metrics(rs);
@@ -500,7 +360,7 @@ int report(const Args& a) {
 }
 
 int status(const Args& a) {
-  const Spec spec = load_reading(sweep_arg(a)).spec;
+  const Spec spec = load_sweep_reading(sweep_arg(a), *g_err).spec;
   const auto rs = rows(spec, sweep_arg(a));
   (*g_out) << table(spec, rs, by_id(rs.size())) << summary(rs) << "\n";
   for (const Row& r : rs)

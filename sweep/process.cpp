@@ -150,4 +150,9 @@ Captured run_captured(const Command& cmd) {
   return c;
 }
 
+std::string trim_end(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
 }  // namespace saker::sweep

@@ -43,5 +43,7 @@ struct Captured {
 };
 // Runs `cmd` and captures its output; status 127 when it could not be started.
 Captured run_captured(const Command& cmd);
+// `s` without its trailing newlines and spaces: a captured output, a one-line state file.
+std::string trim_end(std::string s);
 
 }  // namespace saker::sweep
