@@ -51,71 +51,75 @@ void Ring::alltoallv(const char* send, const std::vector<std::size_t>& send_byte
 
 namespace {
 
+// rows[i] * row_bytes into out, which keeps its capacity from call to call.
+void bytes_into(const std::vector<std::size_t>& rows, std::size_t row_bytes, std::vector<std::size_t>& out) {
+  out.resize(rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) out[i] = rows[i] * row_bytes;
+}
+
 std::vector<std::size_t> bytes_of(const std::vector<std::size_t>& rows, std::size_t row_bytes) {
-  std::vector<std::size_t> b(rows.size());
-  for (std::size_t i = 0; i < rows.size(); ++i) b[i] = rows[i] * row_bytes;
+  std::vector<std::size_t> b;
+  bytes_into(rows, row_bytes, b);
   return b;
 }
 
-// What the ranks agreed: the rows this rank receives from each rank, and the most rows
-// any rank sends another (the shared-memory path's round count, the same on every rank);
-// or why they refuse (the same text on every rank).
-struct Agreed {
-  std::string refused;
-  std::vector<std::size_t> recv_rows;
-  std::size_t max_pair_rows = 0;
+// An alltoall whose receive counts the caller knows, and, once it ran, the verdict: "" when
+// the ranks agreed, else why not (the same text on every rank).
+struct Known {
+  Communicator::Impl& impl;
+  const void* send;
+  const std::vector<std::size_t>& send_rows;
+  void* recv;
+  const std::vector<std::size_t>& recv_rows;
+  std::size_t row_elems;
+  DataType type;
+  std::string why;
 };
-
-Agreed agreed(const std::vector<agree::Declared>& all, int rank) {
-  Agreed a;
-  a.refused = agree::alltoall_verdict(all);
-  if (!a.refused.empty()) return a;
-  a.recv_rows.resize(all.size());
-  for (std::size_t i = 0; i < all.size(); ++i) {
-    a.recv_rows[i] = static_cast<std::size_t>(all[i].a[static_cast<std::size_t>(rank)]);
-    for (std::size_t j = 0; j < all.size(); ++j)
-      if (j != i) a.max_pair_rows = std::max(a.max_pair_rows, static_cast<std::size_t>(all[i].a[j]));
-  }
-  return a;
-}
 
 // A mismatch is the caller's error, found before any data moved: it must not mark the
 // communicator broken (run_guarded does that to every other failure), so it is thrown
 // outside the guarded step (agree::Mismatch; the asynchronous form fails only its handle).
-void refuse_if(const Agreed& a, const std::string& name) {
-  if (!a.refused.empty()) agree::refuse("alltoall", name, a.refused);
+void refuse_if(const std::string& why, const std::string& name) {
+  if (!why.empty()) agree::refuse("alltoall", name, why);
 }
 
 // Counts this rank knows both ways: declarations and data in one step. Inside one node the
 // declarations ride in the first round's barrier (ShmGroup::alltoallv_start), so a small
-// alltoall costs one barrier; a rank whose counts are unusable publishes no data, and
-// nothing is copied out before every rank has judged every declaration.
-Agreed exchange_known(Communicator::Impl& impl, const agree::Declared& mine, const void* send,
-                      const std::vector<std::size_t>& send_rows, void* recv, const std::vector<std::size_t>& recv_rows,
-                      std::size_t row_bytes) {
-  const auto* in = static_cast<const char*>(send);
-  auto* out = static_cast<char*>(recv);
-  if (ShmGroup* shm = impl.user->shm_for(impl.transport)) {
-    const std::vector<std::size_t> sb = mine.problem == agree::kNone ? bytes_of(send_rows, row_bytes) : std::vector<std::size_t>{};
-    Agreed a = agreed(agree::gather(impl.where.size, [&](const void* head, void* heads, std::size_t bytes) {
-      shm->alltoallv_start(head, bytes, heads, in, sb);
-    }, mine), impl.where.rank);
-    if (a.refused.empty()) shm->alltoallv_finish(in, sb, out, bytes_of(recv_rows, row_bytes), a.max_pair_rows * row_bytes);
-    return a;
+// alltoall costs one barrier, and the table and byte counts are the group's own, reused: no
+// allocation once warm. A rank whose counts are unusable publishes no data, and nothing is
+// copied out before every rank has judged every declaration.
+void exchange_known(Known& k) {
+  const std::size_t row_bytes = k.row_elems * size_of(k.type);
+  const auto* in = static_cast<const char*>(k.send);
+  auto* out = static_cast<char*>(k.recv);
+  const int n = k.impl.where.size;
+  if (ShmGroup* shm = k.impl.user->shm_for(k.impl.transport)) {
+    ShmGroup::Reused& u = shm->reused();
+    agree::Table& t = u.table;
+    t.declare(agree::Kind::alltoall, k.type, k.row_elems, k.send_rows, &k.recv_rows, n);
+    if (t.problem()) u.send_bytes.clear();
+    else bytes_into(k.send_rows, row_bytes, u.send_bytes);
+    shm->alltoallv_start(t.row(), t.row_bytes(), t.all(), in, u.send_bytes);
+    k.why = t.alltoall_verdict();
+    if (!k.why.empty()) return;
+    bytes_into(k.recv_rows, row_bytes, u.recv_bytes);
+    shm->alltoallv_finish(in, u.send_bytes, out, u.recv_bytes, t.max_pair_rows() * row_bytes);
+    return;
   }
-  Agreed a = agreed(agree::gather(impl.user->ring(), mine), impl.where.rank);
-  if (a.refused.empty()) impl.user->ring().alltoallv(in, bytes_of(send_rows, row_bytes), out, bytes_of(recv_rows, row_bytes));
-  return a;
+  agree::Table t;
+  t.declare(agree::Kind::alltoall, k.type, k.row_elems, k.send_rows, &k.recv_rows, n);
+  agree::gather(k.impl.user->ring(), t);
+  k.why = t.alltoall_verdict();
+  if (k.why.empty()) k.impl.user->ring().alltoallv(in, bytes_of(k.send_rows, row_bytes), out, bytes_of(k.recv_rows, row_bytes));
 }
 
 }  // namespace
 
 // Inside one node the declarations take one barrier on the shared memory instead of a
 // round trip over TCP: for small alltoalls that round trip is most of the time.
-std::vector<agree::Declared> agree::gather(Communicator::Impl& impl, const Declared& mine) {
-  if (ShmGroup* shm = impl.user->shm_for(impl.transport))
-    return gather(impl.where.size, [shm](const void* s, void* r, std::size_t b) { shm->allgather(s, r, b); }, mine);
-  return gather(impl.user->ring(), mine);
+void agree::gather(Communicator::Impl& impl, Table& t) {
+  if (ShmGroup* shm = impl.user->shm_for(impl.transport)) shm->allgather(t.row(), t.all(), t.row_bytes());
+  else gather(impl.user->ring(), t);
 }
 
 // Between the members of one node, through the segment (shm.hpp): each round a member
@@ -129,10 +133,10 @@ std::size_t ShmGroup::alltoall_share(std::size_t head_bytes) const {
 }
 
 namespace {
-std::vector<std::size_t> offsets_of(const std::vector<std::size_t>& bytes) {
-  std::vector<std::size_t> at(bytes.size());
+// Each member's block's offset, into at (a member of the group: no allocation once warm).
+void offsets_into(const std::vector<std::size_t>& bytes, std::vector<std::size_t>& at) {
+  at.resize(bytes.size());
   for (std::size_t j = 0, o = 0; j < at.size(); o += bytes[j], ++j) at[j] = o;
-  return at;
 }
 }  // namespace
 
@@ -163,10 +167,9 @@ void ShmGroup::alltoall_collect(int set, std::size_t head, char* recv, const std
 // Rounds of shares: publish, barrier, collect(set, done). started: alltoallv_start
 // published the first round, in the set before the current one.
 void ShmGroup::exchange_rounds(const char* send, const std::vector<std::size_t>& send_bytes, std::size_t max_pair,
-                               std::size_t head, bool started, const std::function<void(int, std::size_t)>& collect,
-                               const char* during) {
+                               std::size_t head, bool started, FnRef<int, std::size_t> collect, const char* during) {
   const std::size_t share = alltoall_share(head);
-  const std::vector<std::size_t> sat = offsets_of(send_bytes);
+  offsets_into(send_bytes, send_at_);
   Lane& lane = lanes_[0];
   std::size_t done = 0;
   if (started) {
@@ -174,7 +177,7 @@ void ShmGroup::exchange_rounds(const char* send, const std::vector<std::size_t>&
     done = share;
   }
   for (; done < max_pair; done += share) {
-    alltoall_publish(lane.set, head, send, send_bytes, sat, done);
+    alltoall_publish(lane.set, head, send, send_bytes, send_at_, done);
     barrier(0, during);
     collect(lane.set, done);
     lane.set ^= 1;  // as in broadcast: this set is rewritten only after the next barrier
@@ -189,11 +192,13 @@ void ShmGroup::alltoall_rounds(const char* send, const std::vector<std::size_t>&
                "shm alltoallv: one count per member");
   const auto me = static_cast<std::size_t>(index_);
   SAKER_ASSERT(send_bytes[me] == recv_bytes[me], "shm alltoallv: what a member sends itself differs from what it expects");
-  const std::vector<std::size_t> rat = offsets_of(recv_bytes);
-  if (send_bytes[me] > 0) std::memmove(recv + rat[me], send + offsets_of(send_bytes)[me], send_bytes[me]);
+  offsets_into(recv_bytes, recv_at_);
+  offsets_into(send_bytes, send_at_);
+  if (send_bytes[me] > 0) std::memmove(recv + recv_at_[me], send + send_at_[me], send_bytes[me]);
   if (n == 1) return;
   exchange_rounds(send, send_bytes, max_pair, head, started,
-                  [&](int set, std::size_t done) { alltoall_collect(set, head, recv, recv_bytes, rat, done); }, "alltoall");
+                  [&](int set, std::size_t done) { alltoall_collect(set, head, recv, recv_bytes, recv_at_, done); },
+                  "alltoall");
 }
 
 void ShmGroup::alltoallv(const char* send, const std::vector<std::size_t>& send_bytes, char* recv,
@@ -206,8 +211,10 @@ void ShmGroup::alltoallv_start(const void* head, std::size_t head_bytes, void* h
   a2a_head_ = (head_bytes + 63) / 64 * 64;
   Lane& lane = lanes_[0];
   std::memcpy(slot(0, lane.set, index_), head, head_bytes);
-  if (size() > 1 && send_bytes.size() == static_cast<std::size_t>(size()))
-    alltoall_publish(lane.set, a2a_head_, send, send_bytes, offsets_of(send_bytes), 0);
+  if (size() > 1 && send_bytes.size() == static_cast<std::size_t>(size())) {
+    offsets_into(send_bytes, send_at_);
+    alltoall_publish(lane.set, a2a_head_, send, send_bytes, send_at_, 0);
+  }
   barrier(0, during);
   for (int j = 0; j < size(); ++j)
     std::memcpy(static_cast<char*>(heads) + static_cast<std::size_t>(j) * head_bytes, slot(0, lane.set, j), head_bytes);
@@ -222,38 +229,43 @@ void ShmGroup::alltoallv_finish(const char* send, const std::vector<std::size_t>
 std::vector<std::size_t> Communicator::alltoallv(const void* send, const std::vector<std::size_t>& send_counts,
                                                  std::size_t row_elems, DataType type, const RecvBuffer& recv_buffer,
                                                  const std::string& name) {
-  agree::Declared mine = agree::declare(agree::Kind::alltoall, type, row_elems, send_counts, nullptr, size());
   // The receive buffer is the caller's to size from the agreed counts: two steps here.
-  std::vector<agree::Declared> all;
-  impl_->run_sync([&] { all = agree::gather(*impl_, mine); });
-  Agreed a = agreed(all, impl_->where.rank);
-  refuse_if(a, name);
-  void* recv = recv_buffer(a.recv_rows);
+  agree::Table t;
+  std::string why;
+  std::vector<std::size_t> recv_rows;
+  std::size_t max_pair_rows = 0;
+  impl_->run_sync([&] {
+    t.declare(agree::Kind::alltoall, type, row_elems, send_counts, nullptr, size());
+    agree::gather(*impl_, t);
+    if (!(why = t.alltoall_verdict()).empty()) return;
+    for (int i = 0; i < size(); ++i) recv_rows.push_back(t.rows(i, rank()));
+    max_pair_rows = t.max_pair_rows();
+  });
+  refuse_if(why, name);
+  void* recv = recv_buffer(recv_rows);
   const std::size_t row_bytes = row_elems * size_of(type);
   std::size_t total = 0;
-  for (std::size_t r : a.recv_rows) total += r;
+  for (std::size_t r : recv_rows) total += r;
   if (!recv && total * row_bytes > 0)
     throw Error(explain("alltoall" + (name.empty() ? std::string() : " of '" + name + "'") + ": the receive buffer is null",
                         "recv_buffer returned nullptr for " + std::to_string(total) + " rows",
                         "return a buffer of that many rows"));
   impl_->run_sync([&] {
-    auto sb = bytes_of(send_counts, row_bytes), rb = bytes_of(a.recv_rows, row_bytes);
+    auto sb = bytes_of(send_counts, row_bytes), rb = bytes_of(recv_rows, row_bytes);
     if (ShmGroup* shm = impl_->user->shm_for(impl_->transport))
-      shm->alltoallv(static_cast<const char*>(send), sb, static_cast<char*>(recv), rb, a.max_pair_rows * row_bytes);
+      shm->alltoallv(static_cast<const char*>(send), sb, static_cast<char*>(recv), rb, max_pair_rows * row_bytes);
     else
       impl_->user->ring().alltoallv(static_cast<const char*>(send), sb, static_cast<char*>(recv), rb);
   });
-  return a.recv_rows;
+  return recv_rows;
 }
 
 void Communicator::alltoallv(const void* send, const std::vector<std::size_t>& send_counts, void* recv,
                              const std::vector<std::size_t>& recv_counts, std::size_t row_elems, DataType type,
                              const std::string& name) {
-  agree::Declared mine = agree::declare(agree::Kind::alltoall, type, row_elems, send_counts, &recv_counts, size());
-  const std::size_t row_bytes = row_elems * size_of(type);
-  Agreed a;
-  impl_->run_sync([&] { a = exchange_known(*impl_, mine, send, send_counts, recv, recv_counts, row_bytes); });
-  refuse_if(a, name);
+  Known k{*impl_, send, send_counts, recv, recv_counts, row_elems, type, {}};
+  impl_->run_sync([&k] { exchange_known(k); });  // one reference: the std::function stores it in place
+  refuse_if(k.why, name);
 }
 
 // On the worker, declarations and data in one queued step: a mismatch fails the handle
@@ -282,10 +294,11 @@ Handle Communicator::alltoallv_async(const void* send, const std::vector<std::si
                                      const std::vector<std::size_t>& recv_counts, std::size_t row_elems, DataType type,
                                      const std::string& name) {
   Impl* i = impl_.get();
-  agree::Declared mine = agree::declare(agree::Kind::alltoall, type, row_elems, send_counts, &recv_counts, size());
-  const std::size_t row_bytes = row_elems * size_of(type);
-  return submit_refusable(*i, [=] { refuse_if(exchange_known(*i, mine, send, send_counts, recv, recv_counts, row_bytes), name); },
-                          "alltoall");
+  return submit_refusable(*i, [=] {
+    Known k{*i, send, send_counts, recv, recv_counts, row_elems, type, {}};
+    exchange_known(k);
+    refuse_if(k.why, name);
+  }, "alltoall");
 }
 
 }  // namespace saker::comm

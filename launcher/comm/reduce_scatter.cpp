@@ -148,33 +148,53 @@ std::vector<std::size_t> segments(const std::vector<std::size_t>& counts) {
 
 ReduceOp base_of(ReduceOp op) { return op == ReduceOp::avg ? ReduceOp::sum : op; }
 
-// Declarations and data in one guarded step; returns the verdict ("" when the ranks agree),
-// for the caller to throw outside it: a mismatch is the caller's error, found before any
-// data reached recv, and must not mark the communicator broken. Avg sums, then divides once.
-std::string reduce_scatter_known(Communicator::Impl& impl, const agree::Declared& mine, const void* send, void* recv,
-                                 const std::vector<std::size_t>& counts, DataType type, ReduceOp op) {
-  const int rank = impl.where.rank, n = impl.where.size;
-  const std::size_t es = size_of(type);
+// A reduce-scatter, and once it ran the verdict: "" when the ranks agreed, else why not.
+struct Call {
+  Communicator::Impl& impl;
+  const void* send;
+  void* recv;
+  const std::vector<std::size_t>& counts;
+  DataType type;
+  ReduceOp op;
   std::string why;
-  if (ShmGroup* shm = impl.user->shm_for(impl.transport)) {
-    // A rank whose counts are unusable publishes no data (the verdict refuses on every rank).
-    std::vector<std::size_t> sb;
-    if (mine.problem == agree::kNone)
-      for (std::size_t c : counts) sb.push_back(c * es);
-    why = agree::reduce_scatter_verdict(agree::gather(n, [&](const void* head, void* heads, std::size_t bytes) {
-      shm->alltoallv_start(head, bytes, heads, static_cast<const char*>(send), sb, "reduce_scatter");
-    }, mine));
-    if (!why.empty()) return why;
-    shm->reduce_scatter_finish(static_cast<const char*>(send), sb, static_cast<char*>(recv),
-                               *std::max_element(sb.begin(), sb.end()), type, base_of(op));
+};
+
+// Inside one node: the declarations ride in the first round's barrier, with the group's
+// reused table and byte counts (no allocation once warm). A rank whose counts are
+// unusable publishes no data (the verdict refuses on every rank).
+void through_shm(Call& c, ShmGroup& shm) {
+  ShmGroup::Reused& u = shm.reused();
+  agree::Table& t = u.table;
+  t.declare(agree::Kind::reduce_scatter, c.type, static_cast<std::uint64_t>(c.op), c.counts, nullptr, c.impl.where.size);
+  const std::size_t es = size_of(c.type);
+  u.send_bytes.clear();
+  std::size_t widest = 0;
+  if (!t.problem())
+    for (std::size_t count : c.counts) widest = std::max(widest, u.send_bytes.emplace_back(count * es));
+  shm.alltoallv_start(t.row(), t.row_bytes(), t.all(), static_cast<const char*>(c.send), u.send_bytes, "reduce_scatter");
+  c.why = t.reduce_scatter_verdict();
+  if (c.why.empty())
+    shm.reduce_scatter_finish(static_cast<const char*>(c.send), u.send_bytes, static_cast<char*>(c.recv), widest, c.type,
+                              base_of(c.op));
+}
+
+// Declarations and data in one guarded step; the verdict goes in c.why for the caller to
+// throw outside it: a mismatch is the caller's error, found before any data reached recv,
+// and must not mark the communicator broken. Avg sums, then divides once.
+void reduce_scatter_known(Call& c) {
+  if (ShmGroup* shm = c.impl.user->shm_for(c.impl.transport)) {
+    through_shm(c, *shm);
   } else {
-    why = agree::reduce_scatter_verdict(agree::gather(impl, mine));
-    if (!why.empty()) return why;
-    impl.user->ring().reduce_scatter(static_cast<const char*>(send), static_cast<char*>(recv), segments(counts), type,
-                                     base_of(op));
+    agree::Table t;
+    t.declare(agree::Kind::reduce_scatter, c.type, static_cast<std::uint64_t>(c.op), c.counts, nullptr, c.impl.where.size);
+    agree::gather(c.impl, t);
+    c.why = t.reduce_scatter_verdict();
+    if (c.why.empty())
+      c.impl.user->ring().reduce_scatter(static_cast<const char*>(c.send), static_cast<char*>(c.recv), segments(c.counts),
+                                         c.type, base_of(c.op));
   }
-  if (op == ReduceOp::avg) reduce::scale_for_avg(recv, counts[static_cast<std::size_t>(rank)], type, n);
-  return why;
+  if (c.why.empty() && c.op == ReduceOp::avg)
+    reduce::scale_for_avg(c.recv, c.counts[static_cast<std::size_t>(c.impl.where.rank)], c.type, c.impl.where.size);
 }
 
 void judge(const std::string& why, const std::string& name) {
@@ -185,19 +205,19 @@ void judge(const std::string& why, const std::string& name) {
 
 void Communicator::reduce_scatter(const void* send, void* recv, const std::vector<std::size_t>& counts, DataType type,
                                   ReduceOp op, const std::string& name) {
-  Impl* i = impl_.get();
-  agree::Declared mine = agree::declare(agree::Kind::reduce_scatter, type, static_cast<std::uint64_t>(op), counts, nullptr, size());
-  std::string why;
-  i->run_sync([&] { why = reduce_scatter_known(*i, mine, send, recv, counts, type, op); });
-  judge(why, name);
+  Call c{*impl_, send, recv, counts, type, op, {}};
+  impl_->run_sync([&c] { reduce_scatter_known(c); });  // one reference: the std::function stores it in place
+  judge(c.why, name);
 }
 
 Handle Communicator::reduce_scatter_async(const void* send, void* recv, const std::vector<std::size_t>& counts,
                                           DataType type, ReduceOp op, const std::string& name) {
   Impl* i = impl_.get();
-  agree::Declared mine = agree::declare(agree::Kind::reduce_scatter, type, static_cast<std::uint64_t>(op), counts, nullptr, size());
-  return submit_refusable(*i, [=] { judge(reduce_scatter_known(*i, mine, send, recv, counts, type, op), name); },
-                          "reduce_scatter");
+  return submit_refusable(*i, [=] {
+    Call c{*i, send, recv, counts, type, op, {}};
+    reduce_scatter_known(c);
+    judge(c.why, name);
+  }, "reduce_scatter");
 }
 
 }  // namespace saker::comm

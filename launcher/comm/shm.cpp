@@ -347,7 +347,8 @@ void ShmGroup::allreduce(void* data, std::size_t count, DataType type, ReduceOp 
     // Small: one barrier. Everyone publishes its buffer and reduces all of it
     // (the same rank order as below, so results do not depend on the path).
     Lane& lane = lanes_[0];
-    std::vector<const void*> ins(static_cast<std::size_t>(n));
+    std::vector<const void*>& ins = small_ins_;  // kept: a small allreduce allocates nothing once warm
+    ins.resize(static_cast<std::size_t>(n));
     std::memcpy(slot(0, lane.set, index_), out, count * es);
     barrier(0, "allreduce");
     for (int j = 0; j < n; ++j) ins[static_cast<std::size_t>(j)] = slot(0, lane.set, j);

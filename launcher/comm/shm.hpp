@@ -27,14 +27,33 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "launcher/comm/agree.hpp"
 #include "launcher/comm/lanes.hpp"
 #include "launcher/comm/mesh.hpp"
 #include "launcher/comm/tuning.hpp"
 #include "saker/comm.hpp"
 
 namespace saker::comm {
+
+// A callable, referred to for the length of a call: unlike a std::function, passing a
+// lambda with captures allocates nothing (the alltoall rounds' collect step runs on every
+// small alltoall).
+template <class... A>
+class FnRef {
+ public:
+  template <class F, class = std::enable_if_t<!std::is_same_v<std::decay_t<F>, FnRef>>>
+  FnRef(F&& f)  // NOLINT: implicit, like std::function's
+      : obj_(const_cast<void*>(static_cast<const void*>(&f))),
+        call_([](void* o, A... a) { (*static_cast<std::remove_reference_t<F>*>(o))(a...); }) {}
+  void operator()(A... a) const { call_(obj_, a...); }
+
+ private:
+  void* obj_;
+  void (*call_)(void*, A...);
+};
 
 // Whether large allreduces publish into the slots with streaming (non-temporal) or
 // ordinary stores, per power-of-two size class (see publish() in shm.cpp), picked by
@@ -151,6 +170,16 @@ class ShmGroup {
   void reduce_scatter_finish(const char* send, const std::vector<std::size_t>& seg_bytes, char* recv,
                              std::size_t max_seg, DataType type, ReduceOp op);
 
+  // What the declared collectives through this group (alltoall.cpp, reduce_scatter.cpp)
+  // keep from call to call, so that a small one allocates nothing once warm: the
+  // declarations, and the byte counts sent to and received from each member. Used only
+  // inside a call, which the communicator runs one at a time (exec_mu).
+  struct Reused {
+    agree::Table table;
+    std::vector<std::size_t> send_bytes, recv_bytes;
+  };
+  Reused& reused() { return reused_; }
+
  private:
   // A lane's own state: its flags' phase, which of its two slot sets is next, and how
   // long its barrier busy-waits before yielding.
@@ -177,8 +206,7 @@ class ShmGroup {
   void alltoall_rounds(const char* send, const std::vector<std::size_t>& send_bytes, char* recv,
                        const std::vector<std::size_t>& recv_bytes, std::size_t max_pair, std::size_t head, bool started);
   void exchange_rounds(const char* send, const std::vector<std::size_t>& send_bytes, std::size_t max_pair,
-                       std::size_t head, bool started, const std::function<void(int set, std::size_t done)>& collect,
-                       const char* during);
+                       std::size_t head, bool started, FnRef<int, std::size_t> collect, const char* during);
   // Reduces [done, done + share) of this member's segment (own: its term in send) into recv.
   void reduce_scatter_collect(int set, const char* own, char* recv, std::size_t bytes, std::size_t done, DataType type,
                               ReduceOp op);
@@ -194,6 +222,9 @@ class ShmGroup {
   std::unique_ptr<Lanes> threads_;
   StoreChoice stores_;
   std::size_t a2a_head_ = 0;  // the head of the alltoall that alltoallv_start began
+  std::vector<std::size_t> send_at_, recv_at_;  // each member's block's offset (alltoall.cpp)
+  std::vector<const void*> small_ins_;  // a small allreduce's inputs (the members' slots)
+  Reused reused_;
 };
 
 
