@@ -7,6 +7,10 @@
 
 #include "common/error.hpp"
 
+#if SAKER_ED25519_SODIUM_LINKED
+#include <sodium/crypto_sign_ed25519.h>
+#endif
+
 namespace saker::provenance::ed25519 {
 namespace {
 
@@ -90,8 +94,24 @@ struct Sodium {
   int (*sign_detached)(unsigned char*, unsigned long long*, const unsigned char*, unsigned long long,
                        const unsigned char*);
   bool usable = false;
+  const char* name = "libcrypto";
 };
 
+#if SAKER_ED25519_SODIUM_LINKED
+// spank_saker.so links the two functions it needs from libsodium's static archive
+// (plugins/spank/Makefile.inc): dlopen'ing libsodium.so relocated ~190 of its own symbols
+// per slurmstepd, as much work as the signature. Neither function needs sodium_init():
+// it only picks implementations of other primitives and seeds randombytes, and Ed25519
+// signing is deterministic (no randomness) with one implementation in libsodium 1.0.18.
+Sodium load_sodium() {
+  Sodium s{};
+  s.seed_keypair = crypto_sign_ed25519_seed_keypair;
+  s.sign_detached = crypto_sign_ed25519_detached;
+  s.usable = true;
+  s.name = "libsodium (linked in)";
+  return s;
+}
+#else
 Sodium load_sodium() {
   Sodium s{};
   void* lib = ::dlopen("libsodium.so.23", RTLD_NOW | RTLD_LOCAL);
@@ -101,8 +121,10 @@ Sodium load_sodium() {
   bind(lib, "crypto_sign_ed25519_seed_keypair", s.seed_keypair, problem);
   bind(lib, "crypto_sign_ed25519_detached", s.sign_detached, problem);
   s.usable = problem.empty() && s.init() >= 0;  // sodium_init: 0 first time, 1 already done
+  if (s.usable) s.name = "libsodium";
   return s;
 }
+#endif
 
 const Sodium& sodium() {
   static const Sodium s = load_sodium();
@@ -130,7 +152,7 @@ struct SodiumSecret {
 
 }  // namespace
 
-const char* signing_library() { return sodium().usable ? "libsodium" : "libcrypto"; }
+const char* signing_library() { return sodium().name; }
 
 PublicKey public_of(const Seed& seed) {
   if (sodium().usable) return SodiumSecret(seed).pub;

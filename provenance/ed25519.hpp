@@ -30,7 +30,8 @@ Signature sign(const Seed& seed, std::string_view message);
 Signature sign(const Seed& seed, const PublicKey& pub, std::string_view message);
 bool verify(const PublicKey& key, std::string_view message, const Signature& signature);
 
-// Which library public_of and sign use here: "libsodium" or "libcrypto".
+// Which library public_of and sign use here: "libsodium (linked in)" (spank_saker.so
+// built with libsodium's static archive), "libsodium" (loaded) or "libcrypto".
 const char* signing_library();
 // Always through libcrypto: the fallback, and the unit test's reference.
 PublicKey public_of_libcrypto(const Seed& seed);
