@@ -12,7 +12,8 @@
  * prolog); the job's environment (spank_getenv) is every HARNESS_JOB_NAME=VALUE given,
  * as NAME. HARNESS_DATASET=LIST is the step's --dataset, HARNESS_JOB_ID and
  * HARNESS_STEP_ID its ids (default step: the harness's pid, a new step per run as in a
- * job), HARNESS_SPOOL the slurmd spool (the topology cache), HARNESS_CONF slurm.conf's path.
+ * job), HARNESS_SPOOL the slurmd spool (the topology cache), HARNESS_CONF slurm.conf's path
+ * (gres.conf and cgroup.conf are looked for beside it).
  * The SPANK calls are defined here (-rdynamic exports them); hostlists come from libslurm
  * (plugins/spank/Makefile.inc builds it: make bench/spank_step_harness).
  * HARNESS_PRELOAD=LIB[:LIB...] loads libraries before the plugin, as the daemon that runs
@@ -51,6 +52,18 @@ LOG_FN(slurm_error, "error")
 LOG_FN(slurm_info, "info")
 LOG_FN(slurm_verbose, "verbose")
 LOG_FN(slurm_debug, "debug")
+
+/* Where slurmstepd finds gres.conf and cgroup.conf: beside HARNESS_CONF. libslurm's own
+ * would look in its built-in default directory (it does not read the harness's
+ * slurm_conf); the plugin frees the path with slurm_xfree, so libslurm allocates it. */
+char* slurm_xstrdup(const char* str);
+char* slurm_get_extra_conf_path(const char* name) {
+  const char* conf = getenv("HARNESS_CONF");
+  if (conf == NULL || strrchr(conf, '/') == NULL) return NULL;
+  char path[4096];
+  snprintf(path, sizeof path, "%.*s/%s", (int)(strrchr(conf, '/') - conf), conf, name);
+  return slurm_xstrdup(path);
+}
 
 static void unexpected(const char* what) {
   fprintf(stderr, "harness: the plugin called %s, which this harness does not provide\n", what);

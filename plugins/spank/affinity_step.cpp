@@ -1,10 +1,14 @@
 #include "plugins/spank/affinity_step.hpp"
 
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <memory>
 #include <optional>
 #include <string>
@@ -16,6 +20,7 @@ extern "C" {
 
 #include "common/error.hpp"
 #include "common/file.hpp"
+#include "common/hash.hpp"
 #include "common/hostlist.hpp"
 #include "common/log.hpp"
 #include "plugins/affinity/binding.hpp"
@@ -176,16 +181,70 @@ aff::Renumbering renumbering() {
   return aff::Renumbering::detect;
 }
 
+// The note of what slurmd's log was told, if this daemon wrote it: a regular file of root's
+// (slurmstepd's user) at `path`, not a link. Anything else is not believed.
+std::string own_note(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return {};
+  struct stat st {};
+  char buf[128];
+  ssize_t n = -1;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid()) n = ::read(fd, buf, sizeof buf);
+  ::close(fd);
+  return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
+}
+
+// Whether this node's slurmd log has had `lines` at warning level within the last day:
+// a note beside the topology cache (slurmd's spool, root's) holds when and their digest.
+// Without a writable spool nothing is noted, so every step says them.
+bool said_today(const std::string& node, const std::string& lines) {
+  const std::string cache = default_cache_path(node);
+  if (cache.empty()) return false;
+  const std::string path = cache.substr(0, cache.rfind('/') + 1) + "saker-gres-said";
+  const std::string digest = saker::hash::xxh3_128(lines.data(), lines.size()).hex();
+  const long long now = static_cast<long long>(::time(nullptr));
+  const std::string note = own_note(path);
+  const auto space = note.find(' ');
+  if (space != std::string::npos && note.compare(space + 1, std::string::npos, digest) == 0) {
+    const long long then = std::strtoll(note.c_str(), nullptr, 10);
+    if (then <= now && now - then < 24 * 3600) return true;
+  }
+  std::string why;
+  const int fd = saker::file::open_private(path, O_TRUNC, 0600, &why);
+  if (fd < 0) {
+    log::debug("cannot note in " + path + " that gres.conf's disagreements were said: " + why);
+    return false;  // said again at the next step: better than silence
+  }
+  const std::string record = std::to_string(now) + " " + digest;
+  if (::write(fd, record.data(), record.size()) != static_cast<ssize_t>(record.size()))
+    log::debug("cannot note in " + path + " that gres.conf's disagreements were said: " + std::strerror(errno));
+  ::close(fd);
+  return false;  // this step says them
+}
+
 // Slurm numbers and binds GPUs by gres.conf, Saker by the topology: when they disagree
-// every rank is shifted, so say so in slurmd's log at each step, from the node's first
-// task (whose environment names the node; the check reads one small file).
+// every rank is shifted, so slurmd's log says so, from slurmstepd before the tasks start
+// (root: it may note what it said). At warning level the first time a node sees these
+// disagreements, again when they change and once a day while they last; at debug level
+// in the steps between, so a node whose gres.conf is wrong (a test cluster's fake GPUs)
+// does not write the same lines for every step of every job.
 void log_gres_disagreements(const std::string& node, const aff::Machine& machine) {
   const std::string path = extra_conf_path("gres.conf");
   if (path.empty()) return;
   const auto text = saker::file::read(path);
   if (!text) return;
-  for (const auto& problem : aff::check_gres_conf(machine, *text, node))
-    log::warn("gres.conf disagrees with the topology: " + problem + " (check with `saker-topo check-gres " + path + "`)");
+  std::vector<std::string> lines;
+  std::string all;
+  for (const auto& problem : aff::check_gres_conf(machine, *text, node)) {
+    lines.push_back("gres.conf disagrees with the topology: " + problem + " (check with `saker-topo check-gres " + path + "`)");
+    all += lines.back() + "\n";
+  }
+  if (lines.empty()) return;
+  const bool said = said_today(node, all);
+  for (const auto& line : lines) {
+    if (said) log::debug(line + " (said at warning level earlier today)");
+    else log::warn(line);
+  }
 }
 
 aff::Machine load_machine(const Config& config, const std::string& node) {
@@ -230,6 +289,7 @@ int affinity_prepare_step(spank_t sp, const Config& config) {
     g_step.load_error = std::string("cannot load the node topology: ") + e.what();
     log::warn(g_step.load_error);
   }
+  if (g_step.machine) log_gres_disagreements(g_step.node, *g_step.machine);
   return 0;
 }
 
@@ -242,7 +302,6 @@ int affinity_task_init(spank_t sp, const Config& config) {
   if (spank_get_item(sp, S_TASK_ID, &task) != ESPANK_SUCCESS ||
       spank_get_item(sp, S_JOB_LOCAL_TASK_COUNT, &local_tasks) != ESPANK_SUCCESS)
     return fall_back(config, "Slurm did not tell the local task id and count");
-  if (task == 0) log_gres_disagreements(g_step.node, machine);
   aff::Request request;
   aff::Plan plan;
   try {
