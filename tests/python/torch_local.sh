@@ -50,6 +50,13 @@ for n in 2 3; do
     assert_eq "$(grep -o "native ok $mode rank [0-9]*/$n" <<<"$IT_OUT" | sort -u | wc -l)" "$n" "every rank passes ($mode, $n ranks)"
   done
 done
+# Replicas stay bitwise identical: rank-distinct fp16/bf16/fp32 data, whose sums depend on
+# their order, allreduced alone, fused and grouped, in place and async, on every transport.
+for tr in ring shm auto; do
+  assert_rc 0 "the same allreduce bits on every rank, 3 ranks, $tr" -- env SAKER_COMM_TIMEOUT=30 SAKER_COMM_TRANSPORT=$tr \
+    "$run" --local -n 3 --max-restarts 0 -- $py "$SAKER_SRCDIR/tests/python/hvd_replica_check.py"
+  assert_eq "$(grep -o "replica ok rank [0-9]*/3 $tr" <<<"$IT_OUT" | sort -u | wc -l)" 3 "every rank received the same bits ($tr)"
+done
 assert_rc 0 "shutdown() then init(), 1000 times, 2 ranks" -- env SAKER_COMM_TIMEOUT=30 "$run" --local -n 2 --max-restarts 0 -- \
   $py "$SAKER_SRCDIR/tests/python/hvd_compat_check.py" lifecycle 1000
 assert_eq "$(ranks_ok "$IT_OUT" lifecycle)" 2 "both ranks re-initialized 1000 times"

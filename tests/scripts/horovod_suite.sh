@@ -20,6 +20,18 @@
 # run, default 300), HVD_SUITE_ONLY (an extended regex: run only the tests it matches),
 # HVD_SUITE_LOG (a directory to keep each test's output in; default: a temporary one).
 # Exit status: 0 when every in-scope test passed on every rank count, 1 otherwise, 2 usage.
+#
+# Known at 3 ranks: the three fp16 prescale tests (allreduce, reducescatter, grouped
+# reducescatter) fail, as they would on Horovod's own CPU path. Every rank holds the same
+# m = fp16(factor*x) and the tests expect 3m exactly (threshold 0 for size <= 3), but an fp16
+# sum rounds after each add (Horovod: float16_sum in common/half.cc for MPI, gloo::float16's
+# += for Gloo; Saker likewise): fp16(fp16(m+m)+m) = fp16(3m), and 3m needs up to two more
+# mantissa bits than fp16 holds (at 2 ranks, 2m is exact and they pass). The allreduce's bits
+# are the same on every rank (tests/python/hvd_replica_check.py checks that on rank-distinct
+# data). test_horovod_reducescatter_prescale ends as a HANG: it checks max(summed - expected)
+# <= 0, one-sided, and each rank checks its own slice; rank 1's slice at dim 1 only rounds
+# down, so it passes and enters the next iteration's reducescatter while ranks 0 and 2 fail
+# and wait in tearDown's hvd.barrier() (a desync of the test, not of Saker).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/../.." && pwd)
