@@ -108,3 +108,47 @@ TEST_CASE("a steady-state alltoall or reduce_scatter inside one node allocates n
     }, o, nodes_for(Transport::shm, n));
   }
 }
+
+// The reused declarations must not make a later disagreement pass: after steady-state
+// calls, one rank changes its counts and every rank refuses with the same text; the next
+// agreeing calls give the right values and still allocate nothing.
+TEST_CASE("a mismatch after steady-state calls still refuses on every rank",
+          "[comm][alltoall][reduce_scatter][shm][alloc][mismatch]") {
+  const int n = 3;
+  std::vector<std::string> a2a(n), rs(n);
+  Options o = test::quick_options();
+  o.transport = Transport::shm;
+  run_ranks(n, [&](Communicator& c, Failures& f) {
+    const int me = c.rank();
+    const std::vector<std::size_t> counts(n, 4), odd{4, 4, me == 2 ? std::size_t{5} : std::size_t{4}};
+    std::vector<float> send(3 * 5, static_cast<float>(me + 1)), all(send.size()), mine(5);
+    auto a2a_with = [&](const std::vector<std::size_t>& sc) {
+      c.alltoallv(send.data(), sc, all.data(), counts, 1, DataType::f32, "a");
+    };
+    auto rs_with = [&](const std::vector<std::size_t>& k) {
+      c.reduce_scatter(send.data(), mine.data(), k, DataType::f32, ReduceOp::sum, "r");
+    };
+    for (int i = 0; i < 5; ++i) {
+      a2a_with(counts);
+      rs_with(counts);
+    }
+    try {
+      a2a_with(odd);
+    } catch (const saker::Error& e) {
+      a2a[static_cast<std::size_t>(me)] = e.what();
+    }
+    try {
+      rs_with(odd);
+    } catch (const saker::Error& e) {
+      rs[static_cast<std::size_t>(me)] = e.what();
+    }
+    expect_no_allocation(f, me, "alltoalls after a refusal", [&] { a2a_with(counts); });
+    expect_no_allocation(f, me, "reduce_scatters after a refusal", [&] { rs_with(counts); });
+    for (std::size_t i = 0; i < 12; ++i)
+      if (all[i] != static_cast<float>(i / 4 + 1)) f.add("alltoall after the refusal: wrong value at " + std::to_string(i));
+    for (std::size_t i = 0; i < 4; ++i)
+      if (mine[i] != 6.0f) f.add("reduce_scatter after the refusal: " + std::to_string(mine[i]));
+  }, o, nodes_for(Transport::shm, n));
+  require_same_refusal(a2a, {"alltoall of 'a' refused on every rank", "rank 2 expects 4 rows from rank 2, which sends it 5"});
+  require_same_refusal(rs, {"reduce_scatter of 'r' refused on every rank", "the counts differ", "rank 2 [4, 4, 5]"});
+}
