@@ -5,7 +5,10 @@ result line: `result KEY VALUE_S`.
                 the allreduce time per step (the gradients in DDP's 25 MiB buckets,
                 allreduced over the same process group, outside training); the same step
                 with DDP's communication off (no_sync) and with a backend that costs
-                nothing (a comm hook that returns the bucket at once).
+                nothing (a comm hook that returns the bucket at once), the three
+                interleaved step by step; LABEL.step_over_free: the median of each
+                rep's step/free pair; LABEL.{step,nosync,free}_cpu: the process's CPU
+                seconds per step (all threads, mean of the ranks' medians).
   fused [LABEL] : a 64 MiB fp32 allreduce from Python, through saker.torch's fusion
                 buffer (hvd.allreduce_) and through the raw binding (one call); keys
                 LABEL.fused64 and LABEL.raw64 (LABEL: python unless given).
@@ -55,39 +58,50 @@ def model_25m():
                                torch.nn.Linear(2048, 2048))
 
 
-def ddp(backend, label):
+def ddp(backend, label, reps=7):
     dist.init_process_group(backend)
     model = model_25m()
     params = sum(p.numel() for p in model.parameters())
     net = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=1e-4)
     x, y = torch.randn(16, 2048), torch.randn(16, 2048)
-
-    def step():
-        opt.zero_grad()
-        torch.nn.functional.mse_loss(net(x), y).backward()
-        opt.step()
-
-    t_step = median_time(step, 7, sync=dist.barrier)
-
-    def step_without_communication():  # the floor any backend's step time can reach
-        with net.no_sync():
-            step()
-
-    t_nosync = median_time(step_without_communication, 7, sync=dist.barrier)
-
     # A backend that costs nothing: DDP does all its own work (copying gradients into
-    # buckets, dividing, copying back) but the allreduce is a finished future. No backend's
+    # buckets, copying them back) but the allreduce is a finished future. No backend's
     # step can be shorter; no_sync skips DDP's copies too, so it is not that floor.
     free = torch.nn.parallel.DistributedDataParallel(model)
     free.register_comm_hook(None, free_allreduce)
 
-    def step_with_free_backend():
+    def step(wrapper):
         opt.zero_grad()
-        torch.nn.functional.mse_loss(free(x), y).backward()
+        torch.nn.functional.mse_loss(wrapper(x), y).backward()
         opt.step()
 
-    t_free = median_time(step_with_free_backend, 7, sync=dist.barrier)
+    def step_without_communication():  # the floor any backend's step time can reach
+        with net.no_sync():
+            step(net)
+
+    ways = {"step": lambda: step(net), "nosync": step_without_communication, "free": lambda: step(free)}
+    # Interleaved step by step, the order turned each rep: on a shared machine the load
+    # drifts within seconds, and timing each way's reps in a block put a 2x drift between
+    # the step and its floor (438 vs 889 ms floors in two runs). Each rep's step/free is a
+    # pair taken seconds apart. The process's CPU time per step (all its threads: the
+    # backend's progress and completion threads too) hardly depends on the load at all:
+    # step_cpu - free_cpu is what the backend burns beside the compute.
+    wall, cpu = {w: [] for w in ways}, {w: [] for w in ways}
+    names = list(ways)
+    for rep in range(reps + 2):
+        for w in names[rep % 3:] + names[:rep % 3]:
+            dist.barrier()
+            t0, c0 = time.perf_counter(), time.process_time()
+            ways[w]()
+            if rep >= 2:  # 2 warm-up reps
+                wall[w].append(time.perf_counter() - t0)
+                cpu[w].append(time.process_time() - c0)
+    paired = [s / f for s, f in zip(wall["step"], wall["free"])]
+    # CPU per step, the mean of both ranks' medians (rank 0 also serves a store).
+    cpus = torch.tensor([statistics.median(cpu[w]) for w in names], dtype=torch.float64)
+    dist.all_reduce(cpus)
+    cpus /= dist.get_world_size()
     flat = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
     buckets = flat.split((25 << 20) // 4)
 
@@ -98,10 +112,14 @@ def ddp(backend, label):
     t_ar = median_time(allreduce_all, 7, sync=dist.barrier)
     if dist.get_rank() == 0:
         print(f"result params {params}")
-        print(f"result {label}.step {t_step:.6f}")
+        print(f"result {label}.step {statistics.median(wall['step']):.6f}")
         print(f"result {label}.allreduce {t_ar:.6f}")
-        print(f"result {label}.nosync {t_nosync:.6f}")
-        print(f"result {label}.free {t_free:.6f}", flush=True)
+        print(f"result {label}.nosync {statistics.median(wall['nosync']):.6f}")
+        print(f"result {label}.free {statistics.median(wall['free']):.6f}")
+        print(f"result {label}.step_over_free {statistics.median(paired):.6f}")
+        for w, c in zip(names, cpus.tolist()):
+            print(f"result {label}.{w}_cpu {c:.6f}")
+        sys.stdout.flush()
 
 
 def fused(label):

@@ -17,19 +17,25 @@
 # and min-max over the rounds), the same figures for baseline against baseline (round i+1
 # over round i: the noise floor, which says whether a 2% difference can be told apart here),
 # and each run's load average at its start and end; the TCP ring runs are left out.
-# Usage: bench/bench_torch.sh [--cluster] [--baseline DIR] [ROUNDS]   (run in the build tree,
-# or set SAKER_BUILDDIR; default 3 rounds; SAKER_PYTHON names another python3 with torch)
+# With --ddp, each round runs only the saker and gloo DDP runs (in turns: saker first in odd
+# rounds), and the table adds, per round, saker's step over the free backend's (paired rep by
+# rep in the same processes), saker's step over gloo's of the same round, and each one's
+# CPU time per step (load hardly moves it: step CPU - free CPU is what the backend burns).
+# Usage: bench/bench_torch.sh [--cluster] [--baseline DIR] [--ddp] [ROUNDS]   (run in the build
+# tree, or set SAKER_BUILDDIR; default 3 rounds; SAKER_PYTHON names another python3 with torch)
 set -euo pipefail
-cluster=0 baseline=
+cluster=0 baseline= ddp_only=0
 while [[ ${1:-} == -* ]]; do
   case $1 in
     --cluster) cluster=1; shift ;;
     --baseline) baseline=$(readlink -f "${2:-}"); shift 2 ;;
-    -h | --help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "bench_torch: unknown option '$1' (usage: bench_torch.sh [--cluster] [--baseline DIR] [ROUNDS])" >&2; exit 2 ;;
+    --ddp) ddp_only=1; shift ;;
+    -h | --help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "bench_torch: unknown option '$1' (usage: bench_torch.sh [--cluster] [--baseline DIR] [--ddp] [ROUNDS])" >&2; exit 2 ;;
   esac
 done
-[[ ${1:-3} =~ ^[1-9][0-9]*$ ]] || { echo "bench_torch: ROUNDS must be a positive number, not '$1' (usage: bench_torch.sh [--cluster] [--baseline DIR] [ROUNDS])" >&2; exit 2; }
+[[ ${1:-3} =~ ^[1-9][0-9]*$ ]] || { echo "bench_torch: ROUNDS must be a positive number, not '$1' (usage: bench_torch.sh [--cluster] [--baseline DIR] [--ddp] [ROUNDS])" >&2; exit 2; }
+[[ $ddp_only == 0 || ($cluster == 0 && -z $baseline) ]] || { echo "bench_torch: --ddp runs alone, without --cluster or --baseline" >&2; exit 2; }
 rounds=${1:-3}
 build=${SAKER_BUILDDIR:-$PWD}
 src=${SAKER_SRCDIR:-$(cd "$(dirname "$(readlink -f "$0")")/.." && pwd)}
@@ -53,16 +59,16 @@ pythonpath=${PYTHONPATH:-}
 export PYTHONPATH="$build/python${pythonpath:+:$pythonpath}" OMP_NUM_THREADS=1
 run="$build/launcher/saker-run/saker-run"
 py=${SAKER_PYTHON:-/usr/bin/python3}  # a python3 with torch (Debian's by default)
-out=$(mktemp) pairs=$(mktemp) loads=$(mktemp)
+out=$(mktemp) pairs=$(mktemp) loads=$(mktemp) byround=$(mktemp)
 if ((cluster)); then
   (($(id -u) == 0)) || { echo "bench_torch: --cluster starts a private Slurm cluster and needs root" >&2; exit 1; }
   # The integration tests' cluster helpers: free ports, a private prefix, torn down at exit.
   SAKER_SRCDIR=$src SAKER_BUILDDIR=$build IT_NAME=bench_torch source "$src/tests/integration/lib.sh"
-  it_at_exit rm -f "$out" "$pairs" "$loads"
+  it_at_exit rm -f "$out" "$pairs" "$loads" "$byround"
   echo "bench_torch: starting a 2-node local cluster" >&2
   it_cluster_up --nodes 2 --gpus-per-node 0 --cpus-per-node 2 --no-job-submit >&2
 else
-  trap 'rm -f "$out" "$pairs" "$loads"' EXIT
+  trap 'rm -f "$out" "$pairs" "$loads" "$byround"' EXIT
 fi
 # One local run of 2 ranks; its results, once. --max-restarts 0: a rank that aborts at exit
 # after the results are out (Gloo's threads do without destroy_process_group, which hangs
@@ -85,6 +91,7 @@ local_run_in() {
   read -r l1 _ </proc/loadavg
   echo "$i $tag $l0 $l1" >> "$loads"
   grep '^result' "$log" >> "$out" || true
+  grep '^result' "$log" | sed "s/^result/$i/" >> "$byround" || true
   [[ -z $baseline ]] || grep '^result' "$log" | sed "s/^result/$i/" >> "$pairs" || true
   rm -f "$log"
 }
@@ -99,7 +106,13 @@ side_run() {
 }
 for ((i = 1; i <= rounds; i++)); do
   echo "round $i/$rounds" >&2
-  if [[ -n $baseline ]]; then
+  if ((ddp_only)); then
+    if ((i % 2)); then order="saker gloo"; else order="gloo saker"; fi
+    for b in $order; do
+      local_run $b.ddp $py "$src/bench/bench_torch.py" ddp $b
+    done
+    continue
+  elif [[ -n $baseline ]]; then
     # This build and the baseline side by side, the order turned each round (AB BA AB ...).
     if ((i % 2)); then first=head second=base; else first=base second=head; fi
     side_run $first ddp; side_run $second ddp
@@ -134,7 +147,7 @@ for ((i = 1; i <= rounds; i++)); do
     done
   fi
 done
-$py - "$out" "$pairs" "$loads" <<'PY'
+$py - "$out" "$pairs" "$loads" "$byround" <<'PY'
 import statistics, sys
 v = {}
 for line in open(sys.argv[1]):
@@ -192,6 +205,26 @@ if rounds:
         f = lambda k: f"{d[k]*1e3:7.1f}" if k in d else "    n/a"
         print(f"  round {i} ({'this build' if i % 2 else 'baseline'} first): step {f('saker.step')} / {f('base.saker.step')}, "
               f"fused {f('python.fused64')} / {f('base.python.fused64')}")
+# Per round: saker's step over the free backend's (rep by rep, same processes), over gloo's
+# step of the same round, and CPU per step (mean of the ranks' medians, all threads).
+per = {}
+for line in open(sys.argv[4]):
+    i, k, x = line.split()
+    per.setdefault(int(i), {})[k] = float(x)
+if any("saker.step_over_free" in d for d in per.values()):
+    print("\nper round: saker step/free (paired), saker step/gloo step; CPU ms per step (step, free)")
+    cols = {"step/free": [], "step/gloo": [], "cpu extra": []}
+    for i, d in sorted(per.items()):
+        sf, sg = d.get("saker.step_over_free"), (d["saker.step"] / d["gloo.step"] if "saker.step" in d and "gloo.step" in d else None)
+        sc, fc, gc = d.get("saker.step_cpu"), d.get("saker.free_cpu"), d.get("gloo.step_cpu")
+        if sf: cols["step/free"].append(sf)
+        if sg: cols["step/gloo"].append(sg)
+        if sc and fc: cols["cpu extra"].append(sc / fc)
+        ms = lambda x: f"{x*1e3:6.1f}" if x else "   n/a"
+        print(f"  round {i}: step/free {sf or float('nan'):.3f}, step/gloo {sg or float('nan'):.3f}; "
+              f"cpu saker {ms(sc)} / {ms(fc)}, gloo {ms(gc)} / {ms(d.get('gloo.free_cpu'))}")
+    for k, xs in cols.items():
+        if xs: print(f"  {k:10s} median {statistics.median(xs):.3f} (min {min(xs):.3f}, max {max(xs):.3f}, {len(xs)} rounds)")
 print("\nload average (1 min) at each run's start>end; the machine is shared")
 by_round = {}
 for line in open(sys.argv[3]):
