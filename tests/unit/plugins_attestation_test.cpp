@@ -41,6 +41,11 @@ TEST_CASE("attestation: a payload survives format and parse, and nothing else pa
 TEST_CASE("attestation: base64 is strict and canonical", "[attestation]") {
   for (const std::string& s : std::vector<std::string>{"", "a", "ab", "abc", "abcd", std::string("\0\xff\x10", 3)})
     CHECK(base64_decode(base64_encode(s)) == s);
+  // RFC 4648 section 10's vectors: each padding case, written as the standard spells it.
+  const std::pair<const char*, const char*> rfc4648[] = {{"", ""},         {"f", "Zg=="},     {"fo", "Zm8="},
+                                                          {"foo", "Zm9v"}, {"foob", "Zm9vYg=="}, {"fooba", "Zm9vYmE="},
+                                                          {"foobar", "Zm9vYmFy"}};
+  for (const auto& [plain, encoded] : rfc4648) CHECK(base64_encode(plain) == encoded);
   CHECK(!base64_decode("YQ"));      // no padding
   CHECK(!base64_decode("YR=="));    // non-zero bits under the padding: a second text for "a"
   CHECK(!base64_decode("Y Q=="));
