@@ -9,6 +9,13 @@ result line: `result KEY VALUE_S`.
                 interleaved step by step; LABEL.step_over_free: the median of each
                 rep's step/free pair; LABEL.{step,nosync,free}_cpu: the process's CPU
                 seconds per step (all threads, mean of the ranks' medians).
+  ddp-breakdown BACKEND : where a DDP step's time goes beside the compute, rank by rank:
+                CPU ms per step of the main thread, the backend's Python completion thread
+                and the other threads together (libsaker_comm's worker and fusion threads,
+                gloo's), for the step and the free backend interleaved; and, inside DDP
+                steps, each bucket's allreduce latency (submit to future done) and how
+                long backward() goes on after the last submit, against the same buckets
+                allreduced alone.
   fused [LABEL] : a 64 MiB fp32 allreduce from Python, through saker.torch's fusion
                 buffer (hvd.allreduce_) and through the raw binding (one call); keys
                 LABEL.fused64 and LABEL.raw64 (LABEL: python unless given).
@@ -20,8 +27,10 @@ result line: `result KEY VALUE_S`.
                 block by block, so that a busy moment hits every way alike.
 """
 
+import os
 import statistics
 import sys
+import threading
 import time
 
 import torch
@@ -122,6 +131,88 @@ def ddp(backend, label, reps=7):
         sys.stdout.flush()
 
 
+def thread_cpu():
+    """CPU seconds of each thread of this process, by native thread id (Linux /proc)."""
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            out[int(tid)] = int(open(f"/proc/self/task/{tid}/schedstat").read().split()[0]) / 1e9
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # a thread that ended meanwhile
+    return out
+
+
+def ddp_breakdown(backend, reps=6):
+    dist.init_process_group(backend)
+    model = model_25m()
+    net = torch.nn.parallel.DistributedDataParallel(model)
+    free = torch.nn.parallel.DistributedDataParallel(model)
+    free.register_comm_hook(None, free_allreduce)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    x, y = torch.randn(16, 2048), torch.randn(16, 2048)
+    pg = dist.distributed_c10d._get_default_group()
+    buckets = []  # (bytes, submitted, done) of this step's allreduces
+    real = type(pg).allreduce
+
+    def traced(tensors, opts=dist.AllreduceOptions()):
+        rec = [tensors[0].numel() * tensors[0].element_size(), time.perf_counter(), None]
+        work = real(pg, tensors, opts)
+        work.get_future().then(lambda _: rec.__setitem__(2, time.perf_counter()))
+        buckets.append(rec)
+        return work
+    pg.allreduce = traced  # the instance only: DDP's reducer calls through the Python trampoline
+
+    def step(wrapper):
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(wrapper(x), y)
+        buckets.clear()
+        loss.backward()
+        tail = time.perf_counter() - buckets[-1][1] if buckets else 0.0
+        opt.step()
+        return tail
+
+    def roles():
+        main = threading.main_thread().native_id
+        done = [t.native_id for t in threading.enumerate() if t.name == "saker-pg-completion"]
+        return lambda tid: "main" if tid == main else "completion" if tid in done else "other"
+
+    for w in (net, free, net, free):
+        step(w)  # warm-up; DDP rebuilds its buckets after the first step
+    cpu = {w: {"main": 0.0, "completion": 0.0, "other": 0.0} for w in ("step", "free")}
+    latency, tails = [], []
+    for rep in range(reps):
+        for w, wrapper in (("step", net), ("free", free))[::1 if rep % 2 == 0 else -1]:
+            dist.barrier()
+            role, c0 = roles(), thread_cpu()
+            tail = step(wrapper)
+            for tid, c in thread_cpu().items():
+                cpu[w][role(tid)] += (c - c0.get(tid, 0.0)) / reps
+            if w == "step":
+                tails.append(tail)
+                latency.append([(b, d - s) for b, s, d in buckets])
+    layout = [b for b, _ in latency[0]]
+    flat = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+    alone = []
+    for _ in range(reps):
+        dist.barrier()
+        parts, t0 = [], time.perf_counter()
+        for b in flat.split([n // 4 for n in layout]):
+            parts.append(real(pg, [b], dist.AllreduceOptions()))
+        for work in parts:
+            work.wait()
+        alone.append(time.perf_counter() - t0)
+    r = dist.get_rank()
+    for w, by in cpu.items():
+        print(f"rank {r} {backend} {w}: cpu ms/step " + ", ".join(f"{k} {v*1e3:.1f}" for k, v in by.items()) +
+              f", all {sum(by.values())*1e3:.1f}", flush=True)
+    print(f"rank {r} {backend} buckets {'+'.join(f'{b/2**20:.0f}' for b in layout)} MiB: latency in DDP ms, median " +
+          ", ".join(f"{statistics.median(l[i][1] for l in latency)*1e3:.1f}" for i in range(len(layout))) +
+          f"; backward after the last submit median {statistics.median(tails)*1e3:.1f} ms "
+          f"(min {min(tails)*1e3:.1f}, max {max(tails)*1e3:.1f}); the same buckets alone "
+          f"{statistics.median(alone)*1e3:.1f} ms in all", flush=True)
+    dist.destroy_process_group()
+
+
 def fused(label):
     hvd.init()
     from saker.torch import runtime
@@ -195,6 +286,8 @@ def collectives(sizes):
 
 if sys.argv[1] == "collectives":
     collectives([int(x) for x in (sys.argv[2] if len(sys.argv) > 2 else "1048576,4194304,16777216,67108864").split(",")])
+elif sys.argv[1] == "ddp-breakdown":
+    ddp_breakdown(sys.argv[2])
 elif sys.argv[1] == "ddp":
     ddp(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else sys.argv[2])
 else:
