@@ -127,7 +127,9 @@ void rank_main(int r, const std::vector<Config>& configs, const std::vector<int>
     comms.push_back(Communicator::create(make_tcp_store("127.0.0.1", ports[k], o),
                                          Placement{r, 2, "node" + std::to_string(r), "h", -1}, o));
   }
-  std::vector<float> buf(g_sizes[g_num_sizes - 1] / sizeof(float), 1.0f);
+  // Large enough for every size measured and for the 1 MiB warm-up below.
+  const std::size_t largest = std::max<std::size_t>(*std::max_element(g_sizes.begin(), g_sizes.end()), 1u << 20);
+  std::vector<float> buf(largest / sizeof(float), 1.0f);
   for (auto& c : comms)
     for (std::size_t bytes : {std::size_t{4096}, std::size_t{1} << 20, g_sizes[g_num_sizes - 1]})  // calibrate, warm
       c->allreduce(buf.data(), bytes / sizeof(float), DataType::f32);
