@@ -160,7 +160,10 @@ def ddp_breakdown(backend, reps=6):
         work.get_future().then(lambda _: rec.__setitem__(2, time.perf_counter()))
         buckets.append(rec)
         return work
-    pg.allreduce = traced  # the instance only: DDP's reducer calls through the Python trampoline
+    try:
+        pg.allreduce = traced  # the instance only: DDP's reducer calls through the Python trampoline
+    except AttributeError:
+        pass  # a C++ process group (gloo): its buckets are not seen; the CPU figures still are
 
     def step(wrapper):
         opt.zero_grad()
@@ -190,7 +193,14 @@ def ddp_breakdown(backend, reps=6):
             if w == "step":
                 tails.append(tail)
                 latency.append([(b, d - s) for b, s, d in buckets])
+    r = dist.get_rank()
+    for w, by in cpu.items():
+        print(f"rank {r} {backend} {w}: cpu ms/step " + ", ".join(f"{k} {v*1e3:.1f}" for k, v in by.items()) +
+              f", all {sum(by.values())*1e3:.1f}", flush=True)
     layout = [b for b, _ in latency[0]]
+    if not layout:
+        dist.destroy_process_group()
+        return
     flat = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
     alone = []
     for _ in range(reps):
@@ -201,10 +211,6 @@ def ddp_breakdown(backend, reps=6):
         for work in parts:
             work.wait()
         alone.append(time.perf_counter() - t0)
-    r = dist.get_rank()
-    for w, by in cpu.items():
-        print(f"rank {r} {backend} {w}: cpu ms/step " + ", ".join(f"{k} {v*1e3:.1f}" for k, v in by.items()) +
-              f", all {sum(by.values())*1e3:.1f}", flush=True)
     print(f"rank {r} {backend} buckets {'+'.join(f'{b/2**20:.0f}' for b in layout)} MiB: latency in DDP ms, median " +
           ", ".join(f"{statistics.median(l[i][1] for l in latency)*1e3:.1f}" for i in range(len(layout))) +
           f"; backward after the last submit median {statistics.median(tails)*1e3:.1f} ms "
