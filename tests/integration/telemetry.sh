@@ -39,8 +39,10 @@ wall=$(awk -v s="$(field "$rec" step start)" -v e="$(field "$rec" step end)" 'BE
 it_log "job $job: efficiency $eff, ${cpu}s CPU in ${wall}s on 2 CPUs; the busy loop itself reports ${burn}s"
 assert_rc 0 "the record's CPU time is what the busy loop used (within 10% + 0.3 s)" -- \
   awk -v a="$cpu" -v b="$burn" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.3 + 0.1 * b) }'
+# No lower bound beyond "it ran": how much CPU the loop gets in 6 s depends on the
+# machine's load (a CI run at load 40 gave it 0.58 s, efficiency 0.045).
 assert_rc 0 "efficiency = CPU time / (wall x 2 CPUs), at most ~50% for one core of two" -- \
-  awk -v e="$eff" -v c="$cpu" -v w="$wall" 'BEGIN { x = c / (w * 2); d = e - x; if (d < 0) d = -d; exit !(d < 0.01 && e <= 0.55 && e > 0.1) }'
+  awk -v e="$eff" -v c="$cpu" -v w="$wall" 'BEGIN { x = c / (w * 2); d = e - x; if (d < 0) d = -d; exit !(d < 0.01 && e <= 0.55 && e > 0) }'
 share=$(field "$rec" step sampler_core_share)
 it_log "sampler overhead: $share of a core at a 1 s interval (the default is 10 s)"
 assert_rc 0 "the sampler costs at most 1% of a core even at a 1 s interval" -- awk -v s="$share" 'BEGIN { exit !(s != "" && s > 0 && s <= 0.01) }'
