@@ -41,7 +41,9 @@ cxx() {
 base=${BENCH_BASELINE:-}
 pin=() bind=none
 if [[ ${BENCH_PIN:-0} == 1 ]]; then
-  pin=(bash -c 'exec taskset -c $((SAKER_RANK % $(nproc))) "$@"' pin) bind=core
+  # nproc without OMP_NUM_THREADS, which it honours: exported as 1 above, it pinned every rank to CPU 0
+  cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
+  pin=(bash -c "exec taskset -c \$((SAKER_RANK % $cpus)) \"\$@\"" pin) bind=core
 fi
 [[ -z $base || -x $base/bench/bench_collectives ]] || { echo "bench_collectives: no $base/bench/bench_collectives (BENCH_BASELINE)" >&2; exit 1; }
 for ((i = 1; i <= rounds; i++)); do
