@@ -42,21 +42,30 @@ grants: [{accounts: [bench], datasets: [records]}]
 POLICY
 openssl genpkey -algorithm ed25519 -out "$s/site.key" 2>/dev/null && chmod 0600 "$s/site.key"
 echo "ProctrackType=proctrack/linuxproc" >"$s/etc/slurm.conf"
-args=(state-dir="$s/state" policy="$s/policy.yaml" attest-key="$s/site.key" attest-dir="$s/attest")
 export SLURMD_NODENAME=saker1 HARNESS_SPOOL=$s/spool HARNESS_CONF=$s/etc/slurm.conf HARNESS_QUIET=1
 export HARNESS_JOB_ID=1 HARNESS_DATASET=records HARNESS_JOB_SLURM_SPANK_SAKER_DATASETS=records
-SLURM_JOB_ID=1 SLURM_JOB_UID=0 SLURM_JOB_USER=root SLURM_JOB_ACCOUNT=bench SPANK_SAKER_DATASETS=records \
-  SLURM_JOB_PARTITION=all SLURM_NODELIST='saker[1-32]' "$harness" "$so" prolog "${args[@]}"
 sides=(none "$so")
 [[ -n $COMPARE ]] && sides+=("$COMPARE")
-for side in "${sides[@]}"; do  # each must run a step, or it measures a refusal
-  "$harness" "$side" step "${args[@]}" || { echo "spank_step_profile: a step with $side failed" >&2; exit 1; }
+# args_of I: plugstack.conf's arguments for side I. Each side has a state directory of its
+# own (the job prolog writes the node record into each): a plugin's note of the public key
+# (STATE/NODE/attest-key.pub) is in its own version's format, and two builds sharing one
+# would each derive the key again after every step of the other.
+args_of() { args=(state-dir="$s/state.$1" policy="$s/policy.yaml" attest-key="$s/site.key" attest-dir="$s/attest"); }
+for i in "${!sides[@]}"; do
+  args_of "$i"
+  [[ ${sides[$i]} == none ]] || SLURM_JOB_ID=1 SLURM_JOB_UID=0 SLURM_JOB_USER=root SLURM_JOB_ACCOUNT=bench \
+    SPANK_SAKER_DATASETS=records SLURM_JOB_PARTITION=all SLURM_NODELIST='saker[1-32]' \
+    "$harness" "${sides[$i]}" prolog "${args[@]}"
+  # Each must run a step, or it measures a refusal (and the first notes the public key).
+  "$harness" "${sides[$i]}" step "${args[@]}" || { echo "spank_step_profile: a step with ${sides[$i]} failed" >&2; exit 1; }
 done
-echo "one node-step: $harness PLUGIN step ${args[*]} ($RUNS steps per turn, $ROUNDS rounds)"
+args_of N
+echo "one node-step: $harness PLUGIN step ${args[*]} (N: the side's number; $RUNS steps per turn, $ROUNDS rounds)"
 echo "before: $(uptime)"
 for ((r = 1; r <= ROUNDS; r++)); do
   line="  round $r:"
   for i in "${!sides[@]}"; do
+    args_of "$i"
     out=$(perf stat -x, -r "$RUNS" -e task-clock,page-faults "$harness" "${sides[$i]}" step "${args[@]}" 2>&1 >/dev/null)
     ms=$(awk -F, '/task-clock/ { print $1 }' <<<"$out") faults=$(awk -F, '/page-faults/ { print $1 }' <<<"$out")
     echo "$ms $faults" >>"$s/side.$i"
@@ -76,9 +85,10 @@ done
 if command -v valgrind >/dev/null; then
   # Two counts per side: the task (forked from the step: its count starts with the step's
   # up to the fork) ends first, then the step's process.
-  for side in "${sides[@]}"; do
-    n=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null "$harness" "$side" step "${args[@]}" 2>&1 |
+  for i in "${!sides[@]}"; do
+    args_of "$i"
+    n=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null "$harness" "${sides[$i]}" step "${args[@]}" 2>&1 |
       awk '/I *refs/ { gsub(",", "", $NF); print $NF }' | tr '\n' ' ')
-    echo "instructions with $(basename "$side"): task $(cut -d' ' -f1 <<<"$n"), step $(cut -d' ' -f2 <<<"$n")"
+    echo "instructions with $(basename "${sides[$i]}"): task $(cut -d' ' -f1 <<<"$n"), step $(cut -d' ' -f2 <<<"$n")"
   done
 fi

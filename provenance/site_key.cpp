@@ -7,8 +7,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <string.h>  // explicit_bzero
 
 #include "common/error.hpp"
+#include "common/sha256.hpp"
 #include "provenance/text.hpp"
 
 namespace saker::provenance {
@@ -30,6 +32,7 @@ std::string pem_body(const std::string& pem, const std::string& label, const std
   for (std::size_t i = b + begin.size(); i < e; ++i)
     if (pem[i] != '\n' && pem[i] != '\r' && pem[i] != ' ') b64 += pem[i];
   const auto der = base64_decode(b64);
+  ::explicit_bzero(b64.data(), b64.size());  // a private key's, possibly
   if (!der) throw Error(explain(where, "the PEM block is not valid base64", "write the file again with openssl"));
   return *der;
 }
@@ -59,14 +62,39 @@ std::string key_id_of(const ed25519::PublicKey& pub) {
   return sha256_hex(std::string_view(reinterpret_cast<const char*>(pub.data()), pub.size()));
 }
 
-SiteKey parse_private_pem(const std::string& pem, const std::string& where, const ed25519::PublicKey* known_pub) {
-  const std::string der = pem_body(pem, "PRIVATE KEY", where);
+std::string key_binding(const ed25519::Seed& seed, const ed25519::PublicKey& pub) {
+  hash::Sha256 h;
+  h.update(std::string_view("saker-attest-pub-binding 1\n", 27));
+  h.update(std::string_view(reinterpret_cast<const char*>(seed.data()), seed.size()));
+  h.update(std::string_view(reinterpret_cast<const char*>(pub.data()), pub.size()));
+  const auto digest = h.finish();
+  return hex(std::string_view(reinterpret_cast<const char*>(digest.data()), digest.size()));
+}
+
+namespace {
+
+// The seed of a PKCS#8 Ed25519 PEM; throws naming `where`.
+SiteKey parse_seed(const std::string& pem, const std::string& where) {
+  std::string der = pem_body(pem, "PRIVATE KEY", where);
   if (der.size() != kPrivatePrefix.size() + 32 || der.compare(0, kPrivatePrefix.size(), kPrivatePrefix) != 0)
     throw Error(explain(where, "not an Ed25519 private key", "make one with: openssl genpkey -algorithm ed25519 -out FILE"));
   SiteKey k;
   std::memcpy(k.seed.data(), der.data() + kPrivatePrefix.size(), 32);
-  k.pub = known_pub != nullptr ? *known_pub : ed25519::public_of(k.seed);
+  ::explicit_bzero(der.data(), der.size());
+  return k;
+}
+
+void set_public(SiteKey& k, const ed25519::PublicKey* known_pub) {
+  k.pub_known = known_pub != nullptr;
+  k.pub = k.pub_known ? *known_pub : ed25519::public_of(k.seed);
   k.key_id = key_id_of(k.pub);
+}
+
+}  // namespace
+
+SiteKey parse_private_pem(const std::string& pem, const std::string& where, const ed25519::PublicKey* known_pub) {
+  SiteKey k = parse_seed(pem, where);
+  set_public(k, known_pub);
   return k;
 }
 
@@ -95,10 +123,12 @@ SiteKey read_site_key(const std::string& path, unsigned owner_uid, const KnownPu
   const std::string file_id = std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + ":" +
                               std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + ":" +
                               std::to_string(st.st_size);
-  const bool reuse = known != nullptr && !known->file_id.empty() && known->file_id == file_id;
-  SiteKey k = parse_private_pem(text, "attestation key " + path, reuse ? &known->pub : nullptr);
+  SiteKey k = parse_seed(text, "attestation key " + path);
+  ::explicit_bzero(text.data(), text.size());
+  const bool reuse = known != nullptr && !known->file_id.empty() && known->file_id == file_id &&
+                     known->binding == key_binding(k.seed, known->pub);
+  set_public(k, reuse ? &known->pub : nullptr);
   k.file_id = file_id;
-  std::memset(text.data(), 0, text.size());
   return k;
 }
 

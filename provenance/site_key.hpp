@@ -18,16 +18,26 @@ struct SiteKey {
   ed25519::PublicKey pub{};
   std::string key_id;   // hex SHA-256 of the raw public key
   std::string file_id;  // the key file as read: device, inode, mtime and size ("" from PEM text)
+  bool pub_known = false;  // pub came from a KnownPublicKey, not derived from the seed
 };
 
 // A public key derived from the key file earlier (the job prolog's, kept in the node
 // record): deriving it costs a scalar multiplication, as much as a signature, and every
 // step on every node signs. Used only while the file's identity is still `file_id`; a
-// replaced or rewritten key file is derived afresh.
+// replaced or rewritten key file is derived afresh. And only with a `binding` that the seed
+// read now gives for it (key_binding): a wrong public key beside the right seed would sign
+// with a mismatched pair, and two signatures of one message under two public keys give the
+// private key away (ed25519.hpp). The file's identity alone could stay the same over a key
+// rewritten in place within one mtime tick; the binding cannot.
 struct KnownPublicKey {
   std::string file_id;
   ed25519::PublicKey pub{};
+  std::string binding;
 };
+
+// Hex SHA-256 over a label, the seed and the public key: what a KnownPublicKey must carry
+// to be used for this seed. Only whoever holds the seed can make it (the note is root's).
+std::string key_binding(const ed25519::Seed& seed, const ed25519::PublicKey& pub);
 
 // `owner_uid`: the owner the file must have (0 in slurmstepd; tests pass their own uid).
 // Throws saker::Error naming the file.

@@ -34,12 +34,13 @@ std::string stated_audit_log(const Config& config, const std::string& node) {
 namespace {
 
 // The site key, with the public half a step on this node derived before while the key
-// file is the same (attestation_step.hpp known_key_path); derived and noted otherwise.
+// file is the same and the note binds it to this seed (attestation_step.hpp
+// known_key_path); derived and noted otherwise.
 provenance::SiteKey read_key(const Config& config, const std::string& node) {
   const std::string noted = known_key_path(config.state_dir, node);
   const auto known = read_known_key(noted);
   provenance::SiteKey key = provenance::read_site_key(config.attest_key, 0, known ? &*known : nullptr);
-  if (!known || known->file_id != key.file_id)
+  if (!key.pub_known)
     if (const std::string problem = write_known_key(noted, key); !problem.empty())
       saker::log::warn("attestation: " + problem + " (each step derives the public key again)");
   return key;

@@ -96,15 +96,33 @@ std::string write_attestation_file(const std::string& path, const std::string& t
   const std::string node_dir = path.substr(0, path.rfind('/'));
   const std::string dir = node_dir.substr(0, node_dir.rfind('/'));
   for (const std::string& d : {dir, node_dir}) {
-    if (::mkdir(d.c_str(), 0711) != 0 && errno != EEXIST) return "cannot create " + d + ": " + std::strerror(errno);
     struct stat st {};
+    // Made only where missing: after the node's first step both exist, and a mkdir that
+    // fails with EEXIST costs a path walk per directory per node-step.
+    if (::lstat(d.c_str(), &st) != 0) {
+      if (errno != ENOENT || (::mkdir(d.c_str(), 0711) != 0 && errno != EEXIST) || ::lstat(d.c_str(), &st) != 0)
+        return "cannot create " + d + ": " + std::strerror(errno);
+    }
     // A directory someone else made (or a link to one) could let them swap the file.
-    if (::lstat(d.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 022) != 0)
+    if (!S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 022) != 0)
       return d + " is not a directory of uid " + std::to_string(::geteuid()) +
              " that only it may write; remove it (spank_saker.so makes it again)";
   }
   // Readable by the job's group (the task reads its attestation), written by root only.
-  return replace_file(path, text, 0400, [gid](int fd) { return ::fchown(fd, ::geteuid(), gid) == 0 && ::fchmod(fd, 0440) == 0; });
+  const auto give_to_group = [gid](int fd) { return ::fchown(fd, ::geteuid(), gid) == 0 && ::fchmod(fd, 0440) == 0; };
+  // A new step's file is written at its own name: mode 0400 and root's group until it is
+  // whole, so the job's tasks (and anyone but root) cannot read a part; a temporary and a
+  // rename would cost a second name and a rename per node-step (issue 30). A file already
+  // there (a requeued step's) is replaced through a temporary, whole or not at all.
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0400);
+  if (fd < 0 && errno == EEXIST) return replace_file(path, text, 0400, give_to_group);
+  if (fd < 0) return "cannot create " + path + ": " + std::strerror(errno);
+  bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && give_to_group(fd);
+  int err = errno;
+  if (::close(fd) != 0 && ok) ok = false, err = errno;
+  if (ok) return "";
+  ::unlink(path.c_str());
+  return "cannot write " + path + ": " + std::strerror(err);
 }
 
 std::string known_key_path(const std::string& state_dir, const std::string& node) {
@@ -113,29 +131,56 @@ std::string known_key_path(const std::string& state_dir, const std::string& node
 }
 
 namespace {
-constexpr char kKnownKeyHead[] = "saker-attest-pub 1";
+// Version 2 carries the binding (site_key.hpp KnownPublicKey); a version 1 note is none.
+constexpr char kKnownKeyHead[] = "saker-attest-pub 2";
+
+// The note's text when it is what a step of this daemon wrote: a regular file of its own
+// user that nobody else may read or write, not a link. Anything else is not believed.
+std::optional<std::string> read_own_private_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return std::nullopt;
+  struct stat st {};
+  std::optional<std::string> text;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid() && (st.st_mode & 077) == 0 &&
+      st.st_size > 0 && st.st_size < 1024) {
+    std::string buf(static_cast<std::size_t>(st.st_size), '\0');
+    if (::read(fd, buf.data(), buf.size()) == static_cast<ssize_t>(buf.size())) text = std::move(buf);
+  }
+  ::close(fd);
+  return text;
+}
+
+// The value of "\nNAME=" up to the next newline in `text`; nullopt when absent.
+std::optional<std::string_view> field(std::string_view text, std::string_view name) {
+  const std::string key = "\n" + std::string(name) + "=";
+  const auto at = text.find(key);
+  if (at == std::string_view::npos) return std::nullopt;
+  const auto begin = at + key.size(), end = text.find('\n', begin);
+  if (end == std::string_view::npos) return std::nullopt;
+  return text.substr(begin, end - begin);
+}
 }  // namespace
 
 std::optional<provenance::KnownPublicKey> read_known_key(const std::string& path) {
-  const auto text = file::read(path);
-  if (!text) return std::nullopt;
-  const std::string head = std::string(kKnownKeyHead) + "\nfile=";
-  const auto pub_at = text->find("\npub=");
-  if (text->compare(0, head.size(), head) != 0 || pub_at == std::string::npos || text->back() != '\n')
+  const auto text = read_own_private_file(path);
+  if (!text || text->rfind(std::string(kKnownKeyHead) + "\n", 0) != 0 || text->back() != '\n')
     return std::nullopt;
+  const auto file_id = field(*text, "file"), pub = field(*text, "pub"), binding = field(*text, "bind");
+  if (!file_id || file_id->empty() || !pub || !binding || binding->size() != 64) return std::nullopt;
+  const auto raw = provenance::unhex(*pub);
   provenance::KnownPublicKey known;
-  known.file_id = text->substr(head.size(), pub_at - head.size());
-  const auto raw = provenance::unhex(std::string_view(*text).substr(pub_at + 5, text->size() - pub_at - 6));
-  if (known.file_id.empty() || !raw || raw->size() != known.pub.size()) return std::nullopt;
+  if (!raw || raw->size() != known.pub.size()) return std::nullopt;
+  known.file_id = std::string(*file_id);
   std::copy(raw->begin(), raw->end(), known.pub.begin());
+  known.binding = std::string(*binding);
   return known;
 }
 
 std::string write_known_key(const std::string& path, const provenance::SiteKey& key) {
   const std::string text = std::string(kKnownKeyHead) + "\nfile=" + key.file_id + "\npub=" +
                            provenance::hex(std::string_view(reinterpret_cast<const char*>(key.pub.data()), key.pub.size())) +
-                           "\n";
-  return replace_file(path, text, 0600, [](int) { return true; });
+                           "\nbind=" + provenance::key_binding(key.seed, key.pub) + "\n";
+  return replace_file(path, text, 0600, [](int fd) { return ::fchmod(fd, 0600) == 0; });
 }
 
 int remove_job_attestations(const std::string& dir, const std::string& node, std::uint32_t job_id) {

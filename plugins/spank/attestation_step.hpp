@@ -41,18 +41,21 @@ provenance::Attestation build_attestation(const StepIds& ids, const NodeRecord& 
 // DIR/NODE/job-J.S.att (NODE and the ids checked like node_record_path).
 std::string attestation_path(const std::string& dir, const std::string& node, std::uint32_t job_id, const std::string& step);
 
-// Writes `text` atomically at `path` (creating DIR and DIR/NODE 0711 as needed), owned by
-// uid 0 (or the caller's uid when not root: tests) and `gid`, mode 0440. Returns "" or the
-// problem.
+// Writes `text` at `path` (creating DIR and DIR/NODE 0711 as needed), owned by uid 0 (or
+// the caller's uid when not root: tests) and `gid`, mode 0440; nobody but root reads it
+// before it is whole, and one already there is replaced atomically. "" or the problem.
 std::string write_attestation_file(const std::string& path, const std::string& text, std::uint32_t gid);
 
 // STATE/NODE/attest-key.pub, beside the node records (root's, mode 0700): the site key's
 // public half and the key file's identity when a step on this node last derived it. Each
 // step reads the private key from its file and takes this public key instead of deriving
 // it again (a scalar multiplication, as costly as the signature: issue 30) while the file
-// is the same one (provenance/site_key.hpp KnownPublicKey).
+// is the same one and the note's binding matches the seed (provenance/site_key.hpp
+// KnownPublicKey). The note is believed only as a regular file of this daemon's user that
+// nobody else may read or write.
 std::string known_key_path(const std::string& state_dir, const std::string& node);
-// nullopt when there is none or it does not parse (the step then derives the key).
+// nullopt when there is none, it is not root's own 0600 file or it does not parse (the
+// step then derives the key).
 std::optional<provenance::KnownPublicKey> read_known_key(const std::string& path);
 // Atomically, mode 0600, into an existing directory (the prolog makes it). "" or the problem.
 std::string write_known_key(const std::string& path, const provenance::SiteKey& key);

@@ -76,14 +76,18 @@ TEST_CASE("attestation: OpenSSL's own Ed25519 verifies Saker's signature over DS
 }
 
 // The prolog's public key (site_key.hpp KnownPublicKey) stands in for deriving it only
-// while the key file is the one it came from: a replaced key file is derived afresh.
+// while the key file is the one it came from and the note binds it to the seed read now:
+// a replaced key file, or a public key that is not this seed's, is derived afresh.
 TEST_CASE("attestation: a known public key is used only for the same key file", "[attestation]") {
   TempDir dir;
   const auto site = make_keys(dir.path(), "site");
   const SiteKey derived = read_site_key(site.private_path, ::geteuid());
   REQUIRE_FALSE(derived.file_id.empty());
-  KnownPublicKey known{derived.file_id, derived.pub};
-  known.pub[0] ^= 1;  // marked: proves which one the read took
+  CHECK_FALSE(derived.pub_known);
+  KnownPublicKey known{derived.file_id, derived.pub, key_binding(derived.seed, derived.pub)};
+  CHECK(read_site_key(site.private_path, ::geteuid(), &known).pub_known);
+  known.pub[0] ^= 1;  // marked, and bound to the seed as only the seed's holder could: proves which one the read took
+  known.binding = key_binding(derived.seed, known.pub);
   CHECK(read_site_key(site.private_path, ::geteuid(), &known).pub == known.pub);
   CHECK(read_site_key(site.private_path, ::geteuid(), &known).key_id == key_id_of(known.pub));
   known.file_id = "another file";
@@ -91,15 +95,36 @@ TEST_CASE("attestation: a known public key is used only for the same key file", 
   // A new key written to the same path: a new inode, so its own public key.
   const auto other = make_keys(dir.path(), "other");
   REQUIRE(std::rename(other.private_path.c_str(), site.private_path.c_str()) == 0);
-  known = KnownPublicKey{derived.file_id, derived.pub};
+  known = KnownPublicKey{derived.file_id, derived.pub, key_binding(derived.seed, derived.pub)};
   const SiteKey replaced = read_site_key(site.private_path, ::geteuid(), &known);
   CHECK(replaced.file_id != derived.file_id);
   CHECK(replaced.pub != derived.pub);
   CHECK(replaced.pub == ed25519::public_of(replaced.seed));
 }
 
+// The "double public key" oracle: a note naming the right key file but another public key
+// (a key rewritten in place within one mtime tick, a note edited or planted) would have the
+// seed sign with a mismatched pair, and two signatures of one message under two public keys
+// give the private key away. Without a binding made from this seed the note is not used.
+TEST_CASE("attestation attack: a known public key not bound to the seed is not used", "[attestation][attack]") {
+  TempDir dir;
+  const auto site = make_keys(dir.path(), "site");
+  const SiteKey derived = read_site_key(site.private_path, ::geteuid());
+  const auto other = make_keys(dir.path(), "other");
+  const SiteKey wrong = read_site_key(other.private_path, ::geteuid());
+  // The right file's identity, another key's public half, and each binding but the right one.
+  for (const std::string& binding : {std::string(), key_binding(derived.seed, derived.pub), key_binding(wrong.seed, wrong.pub),
+                                     std::string(64, '0')}) {
+    const KnownPublicKey known{derived.file_id, wrong.pub, binding};
+    const SiteKey key = read_site_key(site.private_path, ::geteuid(), &known);
+    CHECK_FALSE(key.pub_known);
+    CHECK(key.pub == derived.pub);
+    CHECK(verify_envelope(sign(sample_attestation(), key), read_public_key(site.public_path)) == sample_attestation());
+  }
+}
+
 // A node's note of the public key (attestation_step.hpp known_key_path) round-trips, and a
-// damaged or absent one is no key at all (the step derives it), never a wrong one.
+// damaged, absent, older or foreign one is no key at all (the step derives it), never a wrong one.
 TEST_CASE("attestation: the node's note of the public key", "[attestation]") {
   TempDir dir;
   const auto site = make_keys(dir.path(), "site");
@@ -117,12 +142,26 @@ TEST_CASE("attestation: the node's note of the public key", "[attestation]") {
   REQUIRE(known);
   CHECK(known->file_id == key.file_id);
   CHECK(known->pub == key.pub);
+  CHECK(known->binding == key_binding(key.seed, key.pub));
+  CHECK(read_site_key(site.private_path, ::geteuid(), &*known).pub_known);
   const std::string text = saker::file::read(path).value();
+  const std::string v1 = "saker-attest-pub 1" + text.substr(text.find('\n'), text.find("bind=") - text.find('\n'));
   for (const std::string& damaged : {text.substr(0, text.size() - 3), text.substr(0, text.size() - 1),
-                                     std::string("garbage\n"), text.substr(0, text.find("pub=")) + "pub=zz\n"}) {
+                                     std::string("garbage\n"), text.substr(0, text.find("pub=")) + "pub=zz\n", v1,
+                                     text.substr(0, text.find("bind=")) + "bind=00\n"}) {
     saker::ckpt::testing::write_file(path, damaged, 0600);
     CHECK_FALSE(saker::spank::read_known_key(path));
   }
+  // Believed only as this user's own file that nobody else may read or write, not a link.
+  saker::ckpt::testing::write_file(path, text, 0600);
+  REQUIRE(saker::spank::read_known_key(path));
+  ::chmod(path.c_str(), 0640);
+  CHECK_FALSE(saker::spank::read_known_key(path));
+  ::chmod(path.c_str(), 0600);
+  const std::string elsewhere = (dir / "note").string();
+  REQUIRE(std::rename(path.c_str(), elsewhere.c_str()) == 0);
+  REQUIRE(::symlink(elsewhere.c_str(), path.c_str()) == 0);
+  CHECK_FALSE(saker::spank::read_known_key(path));
 }
 
 // The signer is libsodium where installed and libcrypto elsewhere (ed25519.hpp): both must
@@ -283,6 +322,7 @@ TEST_CASE("attestation: the file is written for the job's group to read and nobo
   REQUIRE(::stat((dir / "attest/saker1").c_str(), &st) == 0);
   CHECK((st.st_mode & 07777) == 0711);  // reachable, not listable
   CHECK(saker::file::read(path) == std::string("text\n"));
+  CHECK(std::distance(std::filesystem::directory_iterator(dir / "attest/saker1"), {}) == 1);  // no temporary left
   // Written again (a requeued step): replaced atomically.
   REQUIRE(saker::spank::write_attestation_file(path, "again\n", ::getegid()) == "");
   CHECK(saker::file::read(path) == std::string("again\n"));
