@@ -138,6 +138,14 @@ void offsets_into(const std::vector<std::size_t>& bytes, std::vector<std::size_t
   at.resize(bytes.size());
   for (std::size_t j = 0, o = 0; j < at.size(); o += bytes[j], ++j) at[j] = o;
 }
+
+// The largest block a member sends another (0 when the counts are unusable).
+std::size_t largest_to_others(const std::vector<std::size_t>& bytes, int me) {
+  std::size_t most = 0;
+  for (std::size_t j = 0; j < bytes.size(); ++j)
+    if (j != static_cast<std::size_t>(me)) most = std::max(most, bytes[j]);
+  return most;
+}
 }  // namespace
 
 void ShmGroup::alltoall_publish(int set, std::size_t head, const char* send, const std::vector<std::size_t>& send_bytes,
@@ -196,6 +204,11 @@ void ShmGroup::alltoall_rounds(const char* send, const std::vector<std::size_t>&
   offsets_into(send_bytes, send_at_);
   if (send_bytes[me] > 0) std::memmove(recv + recv_at_[me], send + send_at_[me], send_bytes[me]);
   if (n == 1) return;
+  if (cma_.use(max_pair)) {
+    if (alltoall_cma(send, recv, recv_bytes, started)) return;
+    head = 0;  // a read failed somewhere: every member redoes the whole call through the segment
+    started = false;
+  }
   exchange_rounds(send, send_bytes, max_pair, head, started,
                   [&](int set, std::size_t done) { alltoall_collect(set, head, recv, recv_bytes, recv_at_, done); },
                   "alltoall");
@@ -211,9 +224,20 @@ void ShmGroup::alltoallv_start(const void* head, std::size_t head_bytes, void* h
   a2a_head_ = (head_bytes + 63) / 64 * 64;
   Lane& lane = lanes_[0];
   std::memcpy(slot(0, lane.set, index_), head, head_bytes);
+  // With single copy on, the block addresses follow the head (finish() pulls with them
+  // when the largest block agreed is large enough), and an alltoall whose own blocks are
+  // that large publishes no shares: finish() then pulls for certain. reduce_scatter_finish
+  // reads its first round from the slots, so it always gets them.
+  bool shares = true;
+  if (cma_.on) {
+    cma_at_ = a2a_head_;
+    a2a_head_ += cma_addresses_bytes();
+    shares = std::strcmp(during, "alltoall") != 0 || !cma_.use(largest_to_others(send_bytes, index_));
+  }
   if (size() > 1 && send_bytes.size() == static_cast<std::size_t>(size())) {
     offsets_into(send_bytes, send_at_);
-    alltoall_publish(lane.set, a2a_head_, send, send_bytes, send_at_, 0);
+    if (cma_.on) cma_offer_blocks(lane.set, cma_at_, send);
+    if (shares) alltoall_publish(lane.set, a2a_head_, send, send_bytes, send_at_, 0);
   }
   barrier(0, during);
   for (int j = 0; j < size(); ++j)

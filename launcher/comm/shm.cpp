@@ -74,15 +74,21 @@ std::int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// The CPUs this process may run on (its affinity mask), or all online ones.
-int usable_cpus() {
+// The CPUs this thread may run on (its affinity mask), or all online ones.
+cpu_set_t usable_cpus() {
   cpu_set_t set;
   CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
-  return static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return set;
+  for (int c = 0; c < std::min(cores_online(), CPU_SETSIZE); ++c) CPU_SET(c, &set);
+  return set;
 }
 
 std::size_t header_bytes() { return kMaxLocal * sizeof(Flag); }
+
+// A barrier that found a lower member last seen on its own CPU this many times in a row
+// steps off that CPU (step_off_cpu), at most once per kStepGapNs per lane.
+constexpr int kSharedWaits = 64;
+constexpr std::int64_t kStepGapNs = 10'000'000;
 
 // Copies into a slot. Slot lines were read by the other ranks on their previous use,
 // so ordinary stores must first take each line back from their caches: cheap between
@@ -216,19 +222,52 @@ ShmGroup::ShmGroup(Mesh& mesh, std::vector<int> members, int channel, std::size_
     throw Error(explain("too many ranks on one node for the shared-memory path (" + std::to_string(members_.size()) + ")",
                         "the segment has room for 256", "set SAKER_COMM_TRANSPORT=ring"));
   index_ = static_cast<int>(it - members_.begin());
-  // Members busy-wait only when each may have a CPU of its own (SpinBudget).
-  const std::int64_t spin_cap = size() <= std::min(usable_cpus(), cores_online()) ? kSpinCapNs : 0;
-  for (Lane& lane : lanes_) lane.spin = SpinBudget(spin_cap);
   // Members that disagree on the stripes (SAKER_COMM_SHM_STRIPES set on some only) expect
   // other sizes: open_checked() refuses the segment instead of one rank overrunning it.
   map_bytes_ = lanes_.size() * (header_bytes() + 2 * members_.size() * slot_bytes_);
   map_segment(channel);
+  // Members busy-wait only when each may have a CPU of its own (SpinBudget, own_cpu_each).
+  // Each member's own mask alone gave pinned ranks (one CPU apiece) no spin at all.
+  own_cpus_ = own_cpu_each(members_masks(), cores_online());
+  for (Lane& lane : lanes_) lane.spin = SpinBudget(own_cpus_ ? kSpinCapNs : 0);
+  cma_setup();  // whether alltoall and allgather may copy once between members (cma.hpp)
   threads_ = std::make_unique<Lanes>(std::clamp(threads, 1, static_cast<int>(lanes_.size())));
 }
 
 ShmGroup::~ShmGroup() {
   threads_.reset();  // no lane runs past here
   if (base_) munmap(base_, map_bytes_);
+}
+
+// Every member's affinity mask, in member order: one allgather through the segment
+// (every member calls it, whatever its own mask).
+std::vector<cpu_set_t> ShmGroup::members_masks() {
+  const cpu_set_t mine = usable_cpus();
+  std::vector<cpu_set_t> all(members_.size());
+  allgather(&mine, all.data(), sizeof mine);
+  return all;
+}
+
+bool step_off_cpu(int cpu) {
+  cpu_set_t mask;
+  if (cpu < 0 || sched_getaffinity(0, sizeof mask, &mask) != 0 || !CPU_ISSET(cpu, &mask) || CPU_COUNT(&mask) < 2)
+    return false;
+  cpu_set_t others = mask;
+  CPU_CLR(cpu, &others);
+  if (sched_setaffinity(0, sizeof others, &others) != 0) return false;  // moves it now, if it runs on cpu
+  // The mask as it was: the thread stays where it went until the scheduler moves it. The
+  // collective already completed on every member, so a failure here is logged, not thrown.
+  if (sched_setaffinity(0, sizeof mask, &mask) != 0)
+    log::error("comm: cannot give this thread its CPU mask back after moving it off CPU " + std::to_string(cpu) + ": " +
+               std::strerror(errno) + " (it now runs without that CPU; pin the ranks, taskset or --cpu-bind, to avoid the move)");
+  return true;
+}
+
+bool own_cpu_each(const std::vector<cpu_set_t>& masks, int online) {
+  cpu_set_t any;
+  CPU_ZERO(&any);
+  for (cpu_set_t s : masks) CPU_OR(&any, &any, &s);
+  return static_cast<int>(masks.size()) <= std::min(CPU_COUNT(&any), online);
 }
 
 void ShmGroup::map_segment(int channel) {
@@ -328,9 +367,13 @@ void ShmGroup::barrier(int lane_index, const char* during) {
   bool spinning = true;
   std::int64_t last = arrived;  // the latest arrival among the members
   auto deadline = net::deadline_in(mesh_.timeout());
+  bool shared = false;  // waited for a lower member queued on this CPU
   for (int j = 0; j < size(); ++j) {
     std::uint64_t polls = 0;
-    if (j != index_ && cpu >= 0 && flags[j].cpu.load(std::memory_order_relaxed) == cpu) spinning = false;
+    if (j != index_ && cpu >= 0 && flags[j].cpu.load(std::memory_order_relaxed) == cpu) {
+      spinning = false;
+      shared = shared || j < index_;
+    }
     while (flags[j].phase.load(std::memory_order_acquire) < phase) {
       ++polls;
       if (spinning) {
@@ -364,6 +407,15 @@ void ShmGroup::barrier(int lane_index, const char* during) {
     last = std::max(last, flags[j].arrived_ns[phase % 2].load(std::memory_order_relaxed));
   }
   lane.spin.learn(last - arrived, spinning);
+  // Members that may each have a CPU but keep meeting on one hand it over at every call
+  // (~1.8 us a 1 KiB call, 2 ranks on a loaded 2-CPU machine, where the scheduler kept both
+  // on one CPU for seconds): the higher one steps off it (0.23 us a call then).
+  lane.shared_waits = shared ? lane.shared_waits + 1 : 0;
+  if (own_cpus_ && lane.shared_waits >= kSharedWaits && last - lane.stepped_ns >= kStepGapNs) {
+    lane.stepped_ns = last;
+    lane.shared_waits = 0;
+    step_off_cpu(cpu);
+  }
 }
 
 void ShmGroup::allreduce(void* data, std::size_t count, DataType type, ReduceOp op) {
@@ -464,6 +516,7 @@ void ShmGroup::allgather(const void* send, void* recv, std::size_t bytes) {
   char* own = out + static_cast<std::size_t>(index_) * bytes;
   if (own != send && bytes > 0) std::memmove(own, send, bytes);
   if (size() == 1 || bytes == 0) return;
+  if (cma_.use_gather(bytes) && allgather_cma(out, bytes)) return;  // else every member redoes it here
   for (std::size_t done = 0; done < bytes; done += slot_bytes_) {
     std::size_t m = std::min(slot_bytes_, bytes - done);
     Lane& lane = lanes_[0];

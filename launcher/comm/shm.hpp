@@ -20,6 +20,8 @@
 // in the same order, the lowest unfinished stripe always has all its ranks on it.
 #pragma once
 
+#include <sched.h>
+
 #include <algorithm>
 #include <array>
 #include <memory>
@@ -31,6 +33,7 @@
 #include <vector>
 
 #include "launcher/comm/agree.hpp"
+#include "launcher/comm/cma.hpp"
 #include "launcher/comm/lanes.hpp"
 #include "launcher/comm/mesh.hpp"
 #include "launcher/comm/tuning.hpp"
@@ -89,6 +92,18 @@ class SpinBudget {
   std::int64_t cap_;
   std::int64_t ns_ = 0;
 };
+
+// Whether the members of a node may each have a CPU of their own, which SpinBudget's cap
+// needs: the CPUs they may run on together (the union of their affinity masks, `masks`,
+// one per member) and online number at least as many as they are. Together, not each:
+// ranks pinned to one CPU apiece (taskset, Slurm's --cpu-bind) have one each.
+bool own_cpu_each(const std::vector<cpu_set_t>& masks, int online);
+
+// Moves the calling thread off `cpu` to another CPU of its affinity mask, and gives it its
+// mask back: a migration the scheduler could have made, which the barrier makes when two
+// members keep meeting on one CPU while the node has one for each (shm.cpp says when).
+// Whether it moved: false where the mask holds `cpu` alone or not at all.
+bool step_off_cpu(int cpu);
 
 // The segment's file in /dev/shm. Another user on the node can create a file there under
 // any name it can guess, and learn names from the rendezvous store. So the node's first
@@ -187,11 +202,14 @@ class ShmGroup {
     std::uint64_t phase = 0;
     int set = 0;
     SpinBudget spin;
+    int shared_waits = 0;         // barriers in a row that saw a lower member on this CPU
+    std::int64_t stepped_ns = 0;  // when this lane's thread last stepped off its CPU
   };
   // Creates (first member) or opens the segment, maps it, and removes its name once
   // every member mapped it. Throws saker::Error; nothing stays in /dev/shm then either.
   void map_segment(int channel);
   int share_name(int channel);  // the descriptor of the segment whose name it shares
+  std::vector<cpu_set_t> members_masks();  // every member's affinity mask (a collective)
   void barrier(int lane, const char* during);
   char* slot(int lane, int set, int who) const;
   void allreduce_stripe(int lane, char* data, std::size_t count, DataType type, ReduceOp op, bool streaming);
@@ -207,6 +225,15 @@ class ShmGroup {
                        const std::vector<std::size_t>& recv_bytes, std::size_t max_pair, std::size_t head, bool started);
   void exchange_rounds(const char* send, const std::vector<std::size_t>& send_bytes, std::size_t max_pair,
                        std::size_t head, bool started, FnRef<int, std::size_t> collect, const char* during);
+  // Single copy (cma.hpp, cma.cpp): the set-up probe; a call's closing verdicts (false on
+  // every member when one read failed, which turns single copy off); this member's block
+  // addresses into its slot of `set` at `at`; an alltoall's or allgather's pulls.
+  void cma_setup();
+  bool cma_settle(bool ok, const char* during);
+  std::size_t cma_addresses_bytes() const;
+  void cma_offer_blocks(int set, std::size_t at, const char* send);
+  bool alltoall_cma(const char* send, char* recv, const std::vector<std::size_t>& recv_bytes, bool started);
+  bool allgather_cma(char* out, std::size_t bytes);
   // Reduces [done, done + share) of this member's segment (own: its term in send) into recv.
   void reduce_scatter_collect(int set, const char* own, char* recv, std::size_t bytes, std::size_t done, DataType type,
                               ReduceOp op);
@@ -219,10 +246,13 @@ class ShmGroup {
   std::size_t map_bytes_ = 0;
   char* base_ = nullptr;
   std::vector<Lane> lanes_;
+  bool own_cpus_ = false;  // whether each member may have a CPU of its own (own_cpu_each)
   std::unique_ptr<Lanes> threads_;
   StoreChoice stores_;
   std::size_t a2a_head_ = 0;  // the head of the alltoall that alltoallv_start began
   std::vector<std::size_t> send_at_, recv_at_;  // each member's block's offset (alltoall.cpp)
+  cma::State cma_;          // single copy between members: on, threshold, pids (cma.hpp)
+  std::size_t cma_at_ = 0;  // where alltoallv_start put this member's block addresses in its slot
   std::vector<const void*> small_ins_;  // a small allreduce's inputs (the members' slots)
   Reused reused_;
 };

@@ -1,0 +1,80 @@
+// Single-copy transfers between the ranks of one node (cross-memory attach: the kernel's
+// process_vm_readv copies straight from a peer's buffer into ours).
+//
+// Through the /dev/shm segment every byte of an alltoall or allgather is copied twice (into
+// the sender's slot, out into the receiver's buffer); OpenMPI's shared-memory transport
+// copies large messages once, with this same call. So above a size (State::min_bytes) a
+// member publishes, in its slot, where its blocks lie in its own memory, and every member
+// pulls exactly the bytes it agreed to receive (agree.hpp) into its receive buffer.
+//
+// Who can read whom: the kernel lets a process read another's memory only with ptrace
+// rights over it (same uid and not made non-dumpable, Yama's ptrace_scope, seccomp and
+// container policies permitting). The ranks of a job share a uid, and the segment (mode
+// 0600, shm.hpp) is reachable only by that uid: another user gains nothing here. What a
+// peer publishes (its pid, its addresses) is untrusted: it only chooses which bytes of a
+// process of the same user arrive (bytes that peer could read and send itself), never how
+// many (our agreed counts) or where they land (our receive buffer).
+//
+// Whether the group uses it is decided once at set-up, the same on every member: each
+// member reads a fresh random word every peer published the address of, and the group
+// uses single copy only if every member read every peer's word right and none turned it
+// off (SAKER_COMM_CMA=0). A read that fails later (a peer's bad address, a process made
+// non-dumpable since) fails that call's single-copy step on that member only; every
+// member learns it in the closing barrier, the whole call reruns through the segment, and
+// the group never tries single copy again.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace saker::comm::cma {
+
+// Reads exactly `bytes` at `remote` in process pid into local. False when the kernel
+// refused (EPERM, ENOSYS, ESRCH, EFAULT) or could not read it all; never reads more.
+bool pull(pid_t pid, std::uint64_t remote, void* local, std::size_t bytes) noexcept;
+
+// Process-wide counts, for tests and diagnostics: reads that succeeded, and failed.
+struct Counters {
+  std::atomic<std::uint64_t> pulls{0}, failures{0};
+};
+Counters& counters();
+// Tests: the next n pull() calls in this process fail, as a refused read would.
+void fail_next_pulls_for_testing(int n);
+
+// What a member publishes at set-up, in its slot (untrusted by the others).
+struct Offer {
+  std::uint64_t magic;
+  std::uint64_t pid;
+  std::uint64_t word_at;  // the address of `word` in the member's memory
+  std::uint64_t word;     // a fresh random value
+  std::uint64_t min_bytes, gather_min_bytes;
+  std::uint64_t willing;  // 0: SAKER_COMM_CMA=0 on this member
+};
+
+// A group's decision, the same on every member.
+struct State {
+  bool on = false;
+  std::size_t min_bytes = 0, gather_min_bytes = 0;
+  std::vector<pid_t> pids;  // each member's, as it published it (checked by the probe)
+  std::uint64_t word = 0;   // this member's probe word: peers read it
+  // Whether an alltoall whose largest block is `bytes` goes by single copy.
+  bool use(std::size_t bytes) const { return on && bytes > 0 && bytes >= min_bytes; }
+  // Whether an allgather of `bytes` per member does.
+  bool use_gather(std::size_t bytes) const { return on && bytes > 0 && bytes >= gather_min_bytes; }
+};
+
+// The smallest alltoall block, and allgather part, that go by single copy: both
+// SAKER_COMM_CMA_MIN_BYTES where set (every member's figures are published; the group
+// takes the largest).
+std::size_t default_min_bytes();
+std::size_t default_gather_min_bytes();
+// This member's offer (fills state.word and the record).
+Offer offer(State& state);
+// Whether peer's offer is usable: the magic, and its word read back from its memory.
+bool check(const Offer& peer) noexcept;
+
+}  // namespace saker::comm::cma
