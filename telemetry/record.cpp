@@ -189,8 +189,8 @@ std::string format_record(const NodeStepRecord& r) {
                         .u64("uid", i.uid).str("account", i.account).num("start", i.start).num("end", i.end)
                         .num("interval", i.interval).u64("samples", i.samples).u64("tasks", i.tasks)
                         .u64("cpus", i.cpus).str("source", i.source).num("sampler_core_share", i.sampler_core_share)
-                        .num("final_write_ms", i.final_write_ms).str("gpu_note", i.gpu_note).str("note", i.note)
-                        .done();
+                        .num("final_write_ms", i.final_write_ms).str("stopped_by", i.stopped_by).str("gpu_note", i.gpu_note)
+                        .str("note", i.note).done();
   const CpuSummary& c = r.cpu;
   out += Line("cpu").num("cpu_seconds", c.cpu_seconds).num("efficiency", c.efficiency).stats("util", c.util)
              .u64("rss_hwm", c.rss_hwm).u64("mem_limit", c.mem_limit).u64("read_bytes", c.read_bytes)
@@ -246,7 +246,7 @@ ParseResult parse_records(std::string_view text) {
       f.number("uid", i.uid); f.text("account", i.account); f.number("start", i.start); f.number("end", i.end);
       f.number("interval", i.interval); f.number("samples", i.samples); f.number("tasks", i.tasks);
       f.number("cpus", i.cpus); f.text("source", i.source); f.number("sampler_core_share", i.sampler_core_share);
-      f.number("final_write_ms", i.final_write_ms); f.text("gpu_note", i.gpu_note); f.text("note", i.note);
+      f.number("final_write_ms", i.final_write_ms); f.text("stopped_by", i.stopped_by); f.text("gpu_note", i.gpu_note); f.text("note", i.note);
       if (i.job.empty() || i.step.empty() || i.node.empty()) problem = problem.empty() ? "step line without job, step or node" : problem;
       continue;
     }

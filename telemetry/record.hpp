@@ -36,6 +36,10 @@ struct StepInfo {
   std::string source;         // "proc", "cgroup-v1", "cgroup-v2"
   double sampler_core_share = 0;  // the sampler's own CPU time / step wall time
   double final_write_ms = 0;      // last sample + summary + writes, at step end
+  // What ended the sampling: "step-end" (slurmstepd's signal when the step's last task
+  // exited, so the record is written while the step's end waits for it), "signal" (any
+  // other SIGTERM/SIGINT/SIGHUP), "stepd-gone" (slurmstepd exited without one), "error".
+  std::string stopped_by;
   std::string gpu_note;           // why there are no GPU figures, when a GPU was expected
   std::string note;               // the sampler's own problems (a Prometheus file it could not write)
 };

@@ -191,6 +191,7 @@ std::string to_json(const std::string& job, const std::vector<NodeStepRecord>& r
         .key("samples").value(static_cast<std::uint64_t>(i.samples)).key("tasks").value(static_cast<std::uint64_t>(i.tasks))
         .key("cpus").value(static_cast<std::uint64_t>(i.cpus)).key("source").value(i.source)
         .key("sampler_core_share").value(i.sampler_core_share).key("final_write_ms").value(i.final_write_ms);
+    if (!i.stopped_by.empty()) w.key("stopped_by").value(i.stopped_by);
     if (!i.gpu_note.empty()) w.key("gpu_note").value(i.gpu_note);
     if (!i.note.empty()) w.key("note").value(i.note);
     w.key("cpu").begin_object().key("cpu_seconds").value(r.cpu.cpu_seconds).key("efficiency").value(r.cpu.efficiency);

@@ -132,6 +132,7 @@ int main(int argc, char** argv) {
     }
   };
   auto next = std::chrono::steady_clock::now();
+  std::string stopped_by;  // what ended the sampling (NodeStepRecord's stopped_by)
   while (true) {
     const double now = now_epoch();
     sampler.sample(now);
@@ -143,15 +144,26 @@ int main(int argc, char** argv) {
       if (left <= 0) break;
       pollfd fds[2] = {{sfd, POLLIN, 0}, {pidfd, POLLIN, 0}};
       const int n = ::poll(fds, pidfd >= 0 ? 2 : 1, static_cast<int>(std::min<long long>(left, 60000)));
-      if (n < 0 && errno != EINTR) done = true;
+      if (n < 0 && errno != EINTR) {
+        done = true;
+        stopped_by = "error";
+      }
       if (n > 0) {
         done = true;
+        stopped_by = "stepd-gone";
         signalfd_siginfo si{};
-        if ((fds[0].revents & POLLIN) && ::read(sfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si) &&
-            si.ssi_code == SI_QUEUE && si.ssi_ptr < (1ull << 40))
-          sampler.note_exited_max_rss(si.ssi_ptr << 10);  // KiB, from spank_saker.so
+        if ((fds[0].revents & POLLIN) && ::read(sfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+          // spank_saker.so queues its signal from slurmstepd itself, with the reaped tasks'
+          // peak resident size (KiB) as the value.
+          const bool from_stepd = si.ssi_code == SI_QUEUE && si.ssi_pid == static_cast<std::uint32_t>(c.stepd);
+          stopped_by = from_stepd ? "step-end" : "signal";
+          if (si.ssi_code == SI_QUEUE && si.ssi_ptr < (1ull << 40)) sampler.note_exited_max_rss(si.ssi_ptr << 10);
+        }
       }
-      if (pidfd < 0 && ::kill(c.stepd, 0) != 0 && errno == ESRCH) done = true;
+      if (pidfd < 0 && ::kill(c.stepd, 0) != 0 && errno == ESRCH) {
+        done = true;
+        stopped_by = "stepd-gone";
+      }
     }
     if (done) break;
   }
@@ -163,6 +175,7 @@ int main(int argc, char** argv) {
   tel::NodeStepRecord r = sampler.summary(end);
   r.info.sampler_core_share = (process_cpu_seconds() - cpu_at_start) / std::max(1e-3, end - started);
   r.info.final_write_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  r.info.stopped_by = stopped_by;
   if (!prom_problem.empty()) r.info.note = "no Prometheus file: " + prom_problem;
   int rc = 0;
   try {

@@ -23,6 +23,7 @@ NodeStepRecord sample_record(const std::string& step, const std::string& node, d
   r.info.cpus = 2;
   r.info.source = "proc";
   r.info.note = "no Prometheus file: cannot write";
+  r.info.stopped_by = "step-end";
   r.cpu.cpu_seconds = 20;
   r.cpu.efficiency = 0.5;
   r.cpu.util = summarize({49.5, 50.5});
@@ -69,6 +70,7 @@ TEST_CASE("records round-trip through the text format", "[telemetry][record]") {
   const auto& p = parsed.records[0];
   CHECK(p.info.account == "ml team");
   CHECK(p.info.note == "no Prometheus file: cannot write");
+  CHECK(p.info.stopped_by == "step-end");
   CHECK(p.info.start == 1700000000.25);
   CHECK(p.info.uid == 1000);
   CHECK(p.cpu.efficiency == 0.5);
