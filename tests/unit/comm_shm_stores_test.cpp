@@ -104,3 +104,61 @@ TEST_CASE("shm spin budget: zero where members share CPUs; the last to arrive le
   for (int i = 0; i < 10; ++i) s.learn(-5'000, true);
   REQUIRE(s.ns() == before);
 }
+
+namespace {
+// A mask of the CPUs listed.
+cpu_set_t cpus(std::initializer_list<int> list) {
+  cpu_set_t s;
+  CPU_ZERO(&s);
+  for (int c : list) CPU_SET(c, &s);
+  return s;
+}
+}  // namespace
+
+TEST_CASE("shm spin cap: members pinned to a CPU apiece have one each; members confined together do not",
+          "[comm][shm][spin]") {
+  using saker::comm::own_cpu_each;
+  // taskset -c 0 and -c 1 (BENCH_PIN, Slurm's --cpu-bind=cores): each mask holds one CPU,
+  // but the two members have two between them. Judged by each member's own mask (the old
+  // rule), they got no spin at all.
+  REQUIRE(own_cpu_each({cpus({0}), cpus({1})}, 2));
+  REQUIRE(own_cpu_each({cpus({0, 1}), cpus({0, 1})}, 2));  // unpinned on a 2-CPU machine
+  REQUIRE(own_cpu_each({cpus({3}), cpus({7}), cpus({5})}, 8));
+  // Both on one CPU (a 1-CPU cgroup, or taskset -c 0 for both): spinning keeps the peer off it.
+  REQUIRE_FALSE(own_cpu_each({cpus({0}), cpus({0})}, 2));
+  REQUIRE_FALSE(own_cpu_each({cpus({0, 1}), cpus({0, 1}), cpus({0, 1})}, 8));  // 3 members, 2 CPUs
+  REQUIRE_FALSE(own_cpu_each({cpus({0, 1, 2, 3}), cpus({0, 1, 2, 3}), cpus({0, 1, 2, 3})}, 2));  // 2 online
+}
+
+// The barrier's step off a CPU two members keep meeting on: the thread leaves that CPU and
+// gets its own mask back. Counts moves over a few tries (a thread may be moved back by the
+// scheduler at any moment after, so one try could see it back already).
+TEST_CASE("shm step off a CPU: the thread moves to another CPU of its mask and keeps its mask", "[comm][shm][spin]") {
+  using saker::comm::step_off_cpu;
+  cpu_set_t before;
+  REQUIRE(sched_getaffinity(0, sizeof before, &before) == 0);
+  if (CPU_COUNT(&before) < 2) {
+    WARN("this thread may run on one CPU only: nothing to step off to");
+    REQUIRE_FALSE(step_off_cpu(sched_getcpu()));
+    return;
+  }
+  int moved = 0;
+  for (int i = 0; i < 5; ++i) {
+    const int cpu = sched_getcpu();
+    REQUIRE(step_off_cpu(cpu));
+    moved += sched_getcpu() != cpu ? 1 : 0;
+    cpu_set_t after;
+    REQUIRE(sched_getaffinity(0, sizeof after, &after) == 0);
+    REQUIRE(CPU_EQUAL(&after, &before));
+  }
+  REQUIRE(moved > 0);
+  // A mask of one CPU: nowhere to go, nothing changes.
+  const int cpu = sched_getcpu();
+  const cpu_set_t one = cpus({cpu});
+  REQUIRE(sched_setaffinity(0, sizeof one, &one) == 0);
+  REQUIRE_FALSE(step_off_cpu(cpu));
+  cpu_set_t after;
+  REQUIRE(sched_getaffinity(0, sizeof after, &after) == 0);
+  REQUIRE(CPU_EQUAL(&after, &one));
+  REQUIRE(sched_setaffinity(0, sizeof before, &before) == 0);
+}
