@@ -34,7 +34,10 @@ class Reader {
     expect(n, Node::Kind::mapping, what);
     std::map<std::string, const Node*> out;
     for (const auto& [k, v] : n.pairs) {
-      if (std::none_of(allowed.begin(), allowed.end(), [&](const char* a) { return k->scalar == a; })) {
+      // A named copy of the key: clang before 16 cannot capture a structured binding,
+      // and the fuzz targets (make fuzz) are built with clang.
+      const std::string& key = k->scalar;
+      if (std::none_of(allowed.begin(), allowed.end(), [&](const char* a) { return key == a; })) {
         std::string list;
         for (const char* a : allowed) list += std::string(list.empty() ? "" : ", ") + a;
         fail(*k, "unknown key '" + k->scalar + "' in " + what, "one of: " + list);
