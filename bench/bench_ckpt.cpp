@@ -12,9 +12,11 @@
 //   provenance:  the same save and load without provenance (issue 30), in the same rounds:
 //                the saves carry the record a job's would (a signed attestation, the code
 //                identity, one parent, as after a resume), the loads take the parent's
-//                SHA-256; their peers run with provenance::set_omitted_for_benchmark, a
-//                switch only a program calling it reaches. A second save without it gives
-//                the noise floor, and the record's own CPU time is timed apart.
+//                SHA-256 (on a thread, after the load returns: timed both to the load's
+//                return and to the digest's end); their peers run with
+//                provenance::set_omitted_for_benchmark, a switch only a program calling it
+//                reaches. A second save without it gives the noise floor, and the record's
+//                own CPU time is timed apart.
 // Targets: save and load >= 0.9x the raw peer's throughput, stall <= 1.5x the memcpy, save
 // with provenance <= 1.01x the save without.
 //
@@ -194,7 +196,7 @@ int main() {
     st.tensors.push_back(ck::Tensor::view_of<float>("layer" + std::to_string(t) + ".weight", ck::DType::f32,
                                                     {floats / 1024, 1024}, data[t]));
 
-  std::vector<double> raw_w, ours_w, bare_w, bare2_w, raw_r, ours_r, bare_r, copy_s, stall_s;
+  std::vector<double> raw_w, ours_w, bare_w, bare2_w, raw_r, ours_r, ours_digest_r, bare_r, copy_s, stall_s;
   ck::Options opt;
   opt.keep_last = 1;
   const char* cache_env = std::getenv("SAKER_BENCH_READ_CACHE");
@@ -253,6 +255,11 @@ int main() {
       const auto t0 = Clock::now();
       auto loaded = reader.load_latest();
       into.push_back(since(t0));
+      // The digest's thread must not run into the next measurement; its end is timed too.
+      if (provenance) {
+        loaded_ok = loaded_ok && !reader.parent_digests().empty();
+        ours_digest_r.push_back(since(t0));
+      }
       ck::provenance::set_omitted_for_benchmark(false);
       loaded_ok = loaded_ok && loaded && loaded->state.step == st.step;
     };
@@ -262,9 +269,9 @@ int main() {
       return 1;
     }
     std::printf("  round %zu: save %.3f s (without provenance %.3f s, again %.3f s; raw %.3f s), load %.3f s "
-                "(without provenance %.3f s; raw %.3f s)\n",
-                r + 1, ours_w.back(), bare_w.back(), bare2_w.back(), raw_w.back(), ours_r.back(), bare_r.back(),
-                raw_r.back());
+                "(its SHA-256 taken %.3f s; without provenance %.3f s; raw %.3f s)\n",
+                r + 1, ours_w.back(), bare_w.back(), bare2_w.back(), raw_w.back(), ours_r.back(), ours_digest_r.back(),
+                bare_r.back(), raw_r.back());
   }
 
   // The record's own CPU time: what a save adds to the bytes it writes (the code identity
@@ -316,8 +323,9 @@ int main() {
   std::printf("async: stall %.1f ms, memcpy %.1f ms: ratio %.2fx (target <= 1.5x)\n", s * 1e3, c * 1e3, s / c);
   std::printf("provenance: save with / without %s (target <= 1.01x); noise floor, without / without %s\n",
               ratios(ours_w, bare_w).c_str(), ratios(bare2_w, bare_w).c_str());
-  std::printf("provenance: load with / without (the parent's SHA-256 in the load's pass) %s\n",
+  std::printf("provenance: load with / without (to the load's return; the parent's SHA-256 on a thread after) %s\n",
               ratios(ours_r, bare_r).c_str());
+  std::printf("provenance: load with, to its SHA-256's end / without %s\n", ratios(ours_digest_r, bare_r).c_str());
   std::printf("provenance: the record alone (collect + encode, %zu bytes) %.1f us per save, %.3f%% of the median save "
               "without provenance (%.3f s)\n",
               record_bytes, median(record_s) * 1e6, 100 * median(record_s) / median(bare_w), median(bare_w));

@@ -54,17 +54,15 @@ SaveReport Checkpointer::save(const State& state) {
 }
 
 LoadReport Checkpointer::Impl::load(const fs::path& file, std::uint32_t rank, std::uint32_t world_size, bool drop,
-                                    std::optional<std::string>* sha) {
+                                    std::unique_ptr<ParentDigest>* digest) {
   // Only rank 0 writes the provenance record, so only it takes the digest.
-  const bool digest = rank == 0 && !provenance::omitted_for_benchmark();
-  return load_checkpoint(file, rank, world_size, key ? &*key : nullptr, drop, false, {}, digest ? sha : nullptr);
+  const bool take = rank == 0 && !provenance::omitted_for_benchmark();
+  return load_checkpoint(file, rank, world_size, key ? &*key : nullptr, drop, false, {}, take ? digest : nullptr);
 }
 
-void Checkpointer::Impl::note_parent(const LoadReport& r, std::uint32_t rank, bool drop, const std::optional<std::string>& sha) {
-  if (rank != 0 || provenance::omitted_for_benchmark()) return;
-  provenance::Parent p{sha.value_or(""), r.state.run_id, r.state.step, r.file.string()};
-  if (sha) add_parent(p);
-  else unhashed.push_back({p, drop});
+void Checkpointer::Impl::note_parent(const LoadReport& r, std::uint32_t rank, std::unique_ptr<ParentDigest> digest) {
+  if (rank != 0 || !digest) return;
+  pending.emplace_back(provenance::Parent{"", r.state.run_id, r.state.step, r.file.string()}, std::move(digest));
 }
 
 void Checkpointer::Impl::add_parent(const provenance::Parent& p) {
@@ -74,25 +72,27 @@ void Checkpointer::Impl::add_parent(const provenance::Parent& p) {
 }
 
 const std::vector<provenance::Parent>& Checkpointer::Impl::hashed_parents() {
-  for (auto& [p, drop] : unhashed) {
-    try {
-      p.sha256 = provenance::file_sha256(p.file, drop);
+  for (auto& [p, digest] : pending) {
+    std::string why;
+    if (auto sha = digest->result(&why)) {
+      p.sha256 = *sha;
       add_parent(p);
-    } catch (const std::exception& e) {
-      log::warn("ckpt: the checkpoint loaded from " + p.file + " cannot be hashed, so later checkpoints do not name it " +
-                "as their parent: " + e.what());
+    } else {
+      // Never hashed again by name: that could be another file than the one loaded.
+      log::warn("ckpt: the checkpoint loaded from " + p.file + " has no SHA-256, so later checkpoints do not name it " +
+                "as their parent: " + why);
     }
   }
-  unhashed.clear();
+  pending.clear();
   return parents;
 }
 
 LoadReport Checkpointer::load(const fs::path& file, std::uint32_t rank, std::uint32_t world_size) {
   wait();
   const bool drop = drop_read_cache(options_.read_cache, world_size);
-  std::optional<std::string> sha;
-  LoadReport r = impl_->load(file, rank, world_size, drop, &sha);
-  impl_->note_parent(r, rank, drop, sha);
+  std::unique_ptr<ParentDigest> digest;
+  LoadReport r = impl_->load(file, rank, world_size, drop, &digest);
+  impl_->note_parent(r, rank, std::move(digest));
   return r;
 }
 
@@ -108,10 +108,10 @@ std::optional<LoadReport> Checkpointer::load_latest(std::uint32_t rank, std::uin
   for (auto it = files.rbegin(); it != files.rend(); ++it) {
     try {
       const bool drop = drop_read_cache(options_.read_cache, world_size);
-      std::optional<std::string> sha;
-      LoadReport r = impl_->load(*it, rank, world_size, drop, &sha);
-      if (accept) accept(r);  // a checkpoint the caller refuses is no parent
-      impl_->note_parent(r, rank, drop, sha);
+      std::unique_ptr<ParentDigest> digest;
+      LoadReport r = impl_->load(*it, rank, world_size, drop, &digest);
+      if (accept) accept(r);  // a checkpoint the caller refuses is no parent (its digest stops here)
+      impl_->note_parent(r, rank, std::move(digest));
       r.rejected = rejected;
       log::info("ckpt: loaded " + it->string() + " (step " + std::to_string(r.state.step) +
                 (r.resharded ? ", resharded from world size " + std::to_string(r.saved_world_size) : std::string()) + ")");
@@ -129,6 +129,13 @@ std::optional<LoadReport> Checkpointer::load_latest(std::uint32_t rank, std::uin
   if (!rejected.empty())
     log::warn("ckpt: no intact checkpoint in " + dir_.string() + " (" + std::to_string(rejected.size()) + " damaged)");
   return std::nullopt;
+}
+
+std::vector<std::string> Checkpointer::parent_digests() {
+  wait();  // an asynchronous save's writer may be joining them
+  std::vector<std::string> out;
+  for (const auto& p : impl_->hashed_parents()) out.push_back(p.sha256);
+  return out;
 }
 
 const std::vector<std::string>& Checkpointer::last_rejected() const { return impl_->rejected; }

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "ckpt/crypto.hpp"
+#include "ckpt/parent_digest.hpp"
 #include "ckpt/pinned_dir.hpp"
 #include "ckpt/provenance.hpp"
 #include "saker/ckpt.hpp"
@@ -63,15 +64,15 @@ struct Checkpointer::Impl {
   std::vector<std::string> rejected;  // by the last load_latest
   // Every checkpoint this Checkpointer loaded: the parents in the provenance of what it
   // saves from then on (ckpt/provenance.hpp). Only rank 0 records them (it writes the record).
-  // Named by the SHA-256 the load took of the bytes it read (one pass, the same descriptor:
-  // a file swapped after the load cannot become the parent). Only when that pass could not
-  // give it (a read failed), the file is hashed by name at the next save (on the writer
-  // thread for save_async): a resume must not read the whole checkpoint twice before training.
+  // Named by the SHA-256 of the loaded main file, hashed on a thread after the load returned
+  // through the descriptor the load read it from (ckpt/parent_digest.hpp: a file swapped in
+  // after the load cannot become the parent, one changed in place becomes none). The next
+  // save waits for it (on the writer thread for save_async), never the load.
   std::vector<provenance::Parent> parents;
-  std::vector<std::pair<provenance::Parent, bool>> unhashed;  // (parent without digest, drop its pages)
+  std::vector<std::pair<provenance::Parent, std::unique_ptr<ParentDigest>>> pending;  // digests not yet joined
   LoadReport load(const fs::path& file, std::uint32_t rank, std::uint32_t world_size, bool drop,
-                  std::optional<std::string>* sha);
-  void note_parent(const LoadReport& r, std::uint32_t rank, bool drop, const std::optional<std::string>& sha);
+                  std::unique_ptr<ParentDigest>* digest);
+  void note_parent(const LoadReport& r, std::uint32_t rank, std::unique_ptr<ParentDigest> digest);
   void add_parent(const provenance::Parent& p);
   const std::vector<provenance::Parent>& hashed_parents();
 

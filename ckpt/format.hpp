@@ -24,7 +24,6 @@
 #include "ckpt/h5.hpp"
 #include "ckpt/hash_behind.hpp"
 #include "ckpt/manifest.hpp"
-#include "ckpt/ordered_sha256.hpp"
 #include "common/hash.hpp"
 #include "saker/ckpt.hpp"
 
@@ -103,12 +102,10 @@ class Reader {
   std::uint64_t total_stored_bytes();
   // The files this checkpoint consists of (main file first).
   std::vector<std::filesystem::path> files() const;
-  // Call before reading: from then on the main file's SHA-256 is taken from the pieces
-  // read (ckpt/ordered_sha256.hpp), through the descriptor they are read from.
-  void digest_main_file();
-  // After the reads: the main file's SHA-256 (64 hex digits), or nullopt when a read
-  // failed (the caller hashes the file itself then).
-  std::optional<std::string> main_file_sha256();
+  // The descriptor the main file's bytes are read through (opened now if no read has
+  // opened it yet; the Reader keeps it): its SHA-256 is taken through it (ckpt/parent_digest.hpp).
+  // Throws naming the file when it cannot be opened.
+  int main_file_fd();
 
  private:
   struct Located;
@@ -125,7 +122,6 @@ class Reader {
   std::map<std::string, int> fds_;  // data files opened for pread
   bool drop_behind_ = false;
   std::vector<std::byte> scratch_;      // two pieces, for bytes that are checked but not kept
-  std::unique_ptr<OrderedSha256> sha_;  // of the main file, when digest_main_file() was called
   std::unique_ptr<HashBehind> hasher_;  // started by the first read of more than one piece
   std::atomic<bool> populate_{true};    // false once the kernel lacks MADV_POPULATE_WRITE
 };

@@ -246,7 +246,6 @@ hash::Digest128 Reader::read_pieces(int fd, const Located& loc, std::byte* dst, 
     }
   } drain{behind ? hasher_.get() : nullptr};
   if (dst == nullptr && scratch_.size() < 2 * kPiece) scratch_.resize(2 * kPiece);
-  OrderedSha256* sha = sha_ && loc.data_file == paths_[0].string() ? sha_.get() : nullptr;
   std::uint64_t done = 0;
   for (std::size_t index = 0; done < loc.size; ++index) {
     const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(kPiece, loc.size - done));
@@ -280,11 +279,6 @@ hash::Digest128 Reader::read_pieces(int fd, const Located& loc, std::byte* dst, 
         ::posix_fadvise(fd, static_cast<off_t>(from), static_cast<off_t>(end - from), POSIX_FADV_DONTNEED);
       };
     }
-    if (sha != nullptr)  // before the drop: it may read the bytes between pieces (HDF5 metadata) through fd
-      drop = [sha, at, piece, want, drop = std::move(drop)] {
-        sha->piece(at, piece, want);
-        if (drop) drop();
-      };
     if (behind) {
       hasher_->add(piece, want, std::move(drop));
     } else {
@@ -357,21 +351,15 @@ std::uint64_t Reader::total_stored_bytes() {
 
 std::vector<fs::path> Reader::files() const { return paths_; }
 
-void Reader::digest_main_file() {
+int Reader::main_file_fd() {
   const std::string main = paths_[0].string();
   auto it = fds_.find(main);
   if (it == fds_.end()) {
     const int fd = ::open(main.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return;  // no digest: the caller hashes the file itself (and says why it cannot)
+    if (fd < 0) damaged(main, std::string("cannot open for reading: ") + std::strerror(errno));
     it = fds_.emplace(main, fd).first;
   }
-  sha_ = std::make_unique<OrderedSha256>(it->second, drop_behind_);
-}
-
-std::optional<std::string> Reader::main_file_sha256() {
-  if (!sha_) return std::nullopt;
-  if (hasher_) hasher_->wait_until_pending(0);
-  return sha_->finish();
+  return it->second;
 }
 
 }  // namespace saker::ckpt::format

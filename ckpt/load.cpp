@@ -95,13 +95,15 @@ bool drop_read_cache(ReadCache mode, std::uint32_t world_size) {
 
 LoadReport load_checkpoint(const fs::path& file, std::uint32_t rank, std::uint32_t world_size, const crypto::Key* key,
                            bool drop_behind, bool check_only, const Progress& progress,
-                           std::optional<std::string>* main_sha256) {
+                           std::unique_ptr<ParentDigest>* main_digest) {
   if (world_size == 0 || rank >= world_size)
     throw Error(explain("cannot load for rank " + std::to_string(rank) + " of " + std::to_string(world_size),
                         "the rank must be below the world size", "pass the caller's rank and world size"));
   // The key's id is checked before the manifests' tags, and both before any decryption.
   format::Reader reader(file, drop_behind, key);
-  if (main_sha256 != nullptr) reader.digest_main_file();
+  // Noted before any tensor is read: a change to the file from here on voids the digest.
+  std::unique_ptr<ParentDigest> digest;
+  if (main_digest != nullptr) digest = std::make_unique<ParentDigest>(reader.main_file_fd(), file.string(), drop_behind);
   const format::FileMeta& meta = reader.meta();
   if (!check_only || key != nullptr) check_key(meta, key, file);
   const std::uint64_t total = progress ? reader.total_stored_bytes() : 0;
@@ -181,7 +183,10 @@ LoadReport load_checkpoint(const fs::path& file, std::uint32_t rank, std::uint32
     }
     st.tensors.push_back(assemble(list, want, file.string()));
   }
-  if (main_sha256 != nullptr) *main_sha256 = reader.main_file_sha256();
+  if (digest) {
+    digest->start();
+    *main_digest = std::move(digest);
+  }
   return out;
 }
 

@@ -3,10 +3,12 @@
 #pragma once
 
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "ckpt/crypto.hpp"
+#include "ckpt/parent_digest.hpp"
 #include "common/error.hpp"
 #include "saker/ckpt.hpp"
 
@@ -26,10 +28,11 @@ bool drop_read_cache(ReadCache mode, std::uint32_t world_size);
 // shard's binding and every byte's checksum; with `key` also the key id, the manifests'
 // tags and each tensor's decryption. check_only (verify without a key): the bytes are
 // hashed, not kept, and an encrypted checkpoint is judged on its checksums alone.
-// main_sha256: set to the SHA-256 of the main file, taken in the same pass from the bytes
-// read (nullopt when a read for it failed; see format::Reader::main_file_sha256).
+// main_digest: when the load succeeds, set to the main file's SHA-256 in progress: hashed
+// on a thread after the load returns, through the descriptor the load read it from
+// (ckpt/parent_digest.hpp), so the load never waits for it.
 LoadReport load_checkpoint(const std::filesystem::path& file, std::uint32_t rank, std::uint32_t world_size,
                            const crypto::Key* key, bool drop_behind = false, bool check_only = false,
-                           const Progress& progress = {}, std::optional<std::string>* main_sha256 = nullptr);
+                           const Progress& progress = {}, std::unique_ptr<ParentDigest>* main_digest = nullptr);
 
 }  // namespace saker::ckpt

@@ -255,6 +255,10 @@ class Checkpointer {
   // silently).
   const std::vector<std::string>& last_rejected() const;
   LoadReport load(const std::filesystem::path& file, std::uint32_t rank = 0, std::uint32_t world_size = 1);
+  // The SHA-256 of each checkpoint this Checkpointer loaded, as its next save names them
+  // (provenance parents; rank 0 only). A load returns before its digest is taken (a thread
+  // hashes the file afterwards); this waits for those still in progress, as a save does.
+  std::vector<std::string> parent_digests();
 
   // Applies the retention rule now (saves do it after each commit). Returns files removed.
   std::vector<std::filesystem::path> prune();

@@ -1,13 +1,19 @@
 // A loaded checkpoint is named as the parent of later saves by the SHA-256 of its main file
-// (ckpt/provenance.hpp), taken in the load's own read pass (ckpt/ordered_sha256.hpp): the
-// digest is exactly sha256 of the file's bytes, the save reads nothing of the parent, and a
-// file swapped in under the loaded one's name after the load is not taken for the parent.
+// (ckpt/provenance.hpp), hashed on a thread after the load returns, through the descriptor
+// the load read (ckpt/parent_digest.hpp): the digest is exactly sha256 of the file's bytes,
+// the load returns without waiting for it, the file is read once by the load and once by the
+// digest, a file swapped in under the loaded one's name is not taken for the parent, and a
+// file changed in place after the load is named as no one's parent.
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <fstream>
+#include <future>
 #include <string>
 
+#include "ckpt/parent_digest.hpp"
 #include "ckpt/provenance.hpp"
 #include "ckpt_test_util.hpp"
 
@@ -48,6 +54,13 @@ std::string parent_digest(const fs::path& child) {
   return r.parents[0].sha256;
 }
 
+// Holds digest threads before they read, for the length of a scope.
+struct HeldDigests {
+  HeldDigests() { internal::hold_parent_digests_for_test(true); }
+  ~HeldDigests() { release(); }
+  void release() { internal::hold_parent_digests_for_test(false); }
+};
+
 fs::path make_key(const TempDir& dir) {
   const fs::path p = dir / "key";
   const auto bytes = random_bytes(32, 9);
@@ -84,7 +97,8 @@ TEST_CASE("parent digest: the SHA-256 of the loaded file, small or multi-piece, 
   }
 }
 
-TEST_CASE("parent digest: a save after a load reads nothing of the loaded checkpoint", "[ckpt][provenance]") {
+TEST_CASE("parent digest: the load returns without its digest; load and digest read the file once each",
+          "[ckpt][provenance]") {
   ::unsetenv("SAKER_CKPT_PARENTS");
   TempDir d;
   const fs::path parent = Checkpointer(d / "run1").save(big_state(1)).file;
@@ -93,19 +107,66 @@ TEST_CASE("parent digest: a save after a load reads nothing of the loaded checkp
     INFO((async ? "save_async" : "save"));
     Checkpointer ck(d / (async ? "async" : "sync"));
     ck.save(make_state(1));  // what a save reads once per process (the program's own digest) is read now
-    ck.load(parent);
+    HeldDigests held;
     const std::uint64_t before = bytes_read_so_far();
+    // Were the load waiting for the digest, it would not return while digests are held.
+    auto load = std::async(std::launch::async, [&] { ck.load(parent); });
+    const bool returned = load.wait_for(std::chrono::seconds(120)) == std::future_status::ready;
+    held.release();
+    REQUIRE(returned);
+    load.get();
+    const std::uint64_t by_load = bytes_read_so_far() - before;
+    CHECK(by_load < parent_size + parent_size / 8);  // the load alone: the file about once
     const fs::path child = async ? ck.save_async(make_state(2)).wait().file : ck.save(make_state(2)).file;
-    const std::uint64_t read = bytes_read_so_far() - before;
-    // Hashing the parent again would read all of it (20 MiB); the save itself reads a few KiB.
-    CHECK(read < parent_size / 8);
+    // The save waited for the digest, which read the file once more, through the same descriptor.
+    const std::uint64_t in_all = bytes_read_so_far() - before;
+    CHECK(in_all - by_load >= parent_size);
+    CHECK(in_all < 2 * parent_size + parent_size / 8);
     CHECK(parent_digest(child) == prov::file_sha256(parent));
   }
-  // And the load read the file about once: the digest costs no second pass.
+}
+
+TEST_CASE("parent digest attack: a file changed in place after the load is no one's parent", "[ckpt][provenance][attack]") {
+  ::unsetenv("SAKER_CKPT_PARENTS");
+  TempDir d;
+  const fs::path loaded = Checkpointer(d / "run1").save(make_state(7)).file;
   Checkpointer ck(d / "run1");
-  const std::uint64_t before = bytes_read_so_far();
+  HeldDigests held;  // the change lands before the digest reads a byte: it would hash the new bytes
   REQUIRE(ck.load_latest());
-  CHECK(bytes_read_so_far() - before < parent_size + parent_size / 8);
+  const int fd = ::open(loaded.c_str(), O_WRONLY | O_APPEND);
+  REQUIRE(fd >= 0);
+  REQUIRE(::write(fd, "x", 1) == 1);
+  ::close(fd);
+  held.release();
+  const fs::path child = ck.save(make_state(8)).file;
+  CHECK(record_of(child).parents.empty());
+}
+
+TEST_CASE("parent digest: a descriptor and never a name; a digest never started or stopped gives none",
+          "[ckpt][provenance]") {
+  TempDir d;
+  const fs::path file = d / "f";
+  write_file(file, std::string(3u << 20, 'a'), 0644);
+  const std::string want = prov::file_sha256(file);
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  ParentDigest digest(fd, file.string(), false);
+  ::close(fd);                                         // the digest holds its own duplicate
+  write_file(d / "other", std::string(5, 'b'), 0644);  // and the name now leads elsewhere
+  fs::rename(d / "other", file);
+  std::string why;
+  digest.start();
+  CHECK(digest.result(&why) == want);
+  CHECK(digest.bytes_read() == (3u << 20));
+  const int fd2 = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  ParentDigest unstarted(fd2, file.string(), false);
+  ::close(fd2);
+  CHECK_FALSE(unstarted.result(&why).has_value());
+  CHECK(why.find("never started") != std::string::npos);
+  ParentDigest bad(-1, file.string(), false);
+  bad.start();
+  CHECK_FALSE(bad.result(&why).has_value());
+  CHECK(why.find("cannot be kept open") != std::string::npos);
 }
 
 TEST_CASE("parent digest attack: a file swapped in under the loaded one's name is not its parent",
@@ -116,8 +177,10 @@ TEST_CASE("parent digest attack: a file swapped in under the loaded one's name i
   const fs::path other = Checkpointer(d / "run2").save(make_state(7, 2048)).file;
   const std::string loaded_digest = prov::file_sha256(loaded);
   Checkpointer ck(d / "run1");
+  HeldDigests held;  // the swap lands before the digest reads a byte
   REQUIRE(ck.load_latest());
   fs::rename(other, loaded);  // between the load and the save
+  held.release();
   REQUIRE(prov::file_sha256(loaded) != loaded_digest);
   CHECK(parent_digest(ck.save(make_state(8)).file) == loaded_digest);
 }
