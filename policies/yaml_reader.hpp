@@ -34,7 +34,7 @@ class Reader {
     expect(n, Node::Kind::mapping, what);
     std::map<std::string, const Node*> out;
     for (const auto& [k, v] : n.pairs) {
-      // A named copy of the key: clang before 16 cannot capture a structured binding,
+      // The key by a plain reference: clang before 16 cannot capture a structured binding,
       // and the fuzz targets (make fuzz) are built with clang.
       const std::string& key = k->scalar;
       if (std::none_of(allowed.begin(), allowed.end(), [&](const char* a) { return key == a; })) {
