@@ -366,8 +366,9 @@ void ShmGroup::barrier(int lane_index, const char* during) {
   const std::int64_t spin_until = arrived + lane.spin.ns();
   bool spinning = true;
   std::int64_t last = arrived;  // the latest arrival among the members
-  auto deadline = net::deadline_in(mesh_.timeout());
-  bool shared = false;  // waited for a lower member queued on this CPU
+  // From the arrival time (the same clock): no second clock read when the peers are there.
+  const net::Deadline deadline = net::Clock::time_point(std::chrono::nanoseconds(arrived)) + mesh_.timeout();
+  bool shared = false;  // a lower member was last seen on this CPU
   for (int j = 0; j < size(); ++j) {
     std::uint64_t polls = 0;
     if (j != index_ && cpu >= 0 && flags[j].cpu.load(std::memory_order_relaxed) == cpu) {
