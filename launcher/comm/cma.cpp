@@ -77,13 +77,15 @@ std::size_t min_bytes_or(std::size_t otherwise) {
 }
 }  // namespace
 
-// Measured on this project's 2-vCPU VM, 2 ranks pinned, at load ~8 (saker-comm(3)): the
-// kernel's copy runs at 3-15 GB/s there against memcpy's 12-67, so one read beats two
-// memcpys only once the data leave the caches or the segment would take several rounds:
-// alltoall gained 1.1-1.8x from 1 MiB blocks on and lost 0.8x at 512 KiB; allgather lost
-// (0.3-0.8x) up to 4 MiB parts, broke even at 8 MiB, gained 1.2x at 32 MiB.
-std::size_t default_min_bytes() { return min_bytes_or(std::size_t{1} << 20); }
-std::size_t default_gather_min_bytes() { return min_bytes_or(std::size_t{16} << 20); }
+// Off unless asked for: on this project's 2-vCPU VM (a Firecracker guest, kernel 6.18) the
+// kernel's copy ran at 3-11 GB/s against memcpy's 12-67 GB/s (one process reading itself,
+// 256 KiB to 64 MiB), so one read costs more than the segment's two memcpys. Measured with
+// 2 ranks, 3-4 rounds each, single copy on/off busbw: alltoall at load ~5 0.73-0.84x
+// unpinned, 0.33-1.11x pinned (4-64 MiB); at load ~8 pinned 0.8x at 1 MiB, 1.1-1.8x at 2-64
+// MiB; allgather 0.3-0.9x except 1.2x at 64 MiB under load ~8. On hosts whose kernel copies
+// at memory speed (OpenMPI's vader relies on it) it may pay: SAKER_COMM_CMA_MIN_BYTES.
+std::size_t default_min_bytes() { return min_bytes_or(kNever); }
+std::size_t default_gather_min_bytes() { return min_bytes_or(kNever); }
 
 Offer offer(State& state) {
   state.word = fresh_word();
@@ -139,6 +141,12 @@ void ShmGroup::cma_setup() {
     cma_.min_bytes = std::max<std::size_t>(cma_.min_bytes, offers[j].min_bytes);
     cma_.gather_min_bytes = std::max<std::size_t>(cma_.gather_min_bytes, offers[j].gather_min_bytes);
     ok = ok && offers[j].willing == 1;
+  }
+  // Nobody asked for it (the same offers everywhere): no probe, and no second barrier.
+  if (ok && cma_.min_bytes == cma::kNever && cma_.gather_min_bytes == cma::kNever) {
+    lane.set ^= 1;
+    cma_.on = false;
+    return;
   }
   cma_.pids.assign(members_.size(), 0);
   for (std::size_t j = 0; j < offers.size() && ok; ++j) {

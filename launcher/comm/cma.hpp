@@ -3,8 +3,8 @@
 //
 // Through the /dev/shm segment every byte of an alltoall or allgather is copied twice (into
 // the sender's slot, out into the receiver's buffer); OpenMPI's shared-memory transport
-// copies large messages once, with this same call. So above a size (State::min_bytes) a
-// member publishes, in its slot, where its blocks lie in its own memory, and every member
+// copies large messages once, with this same call. So, when asked for (off by default:
+// cma.cpp says why), above a size (State::min_bytes) a member publishes, in its slot, where its blocks lie in its own memory, and every member
 // pulls exactly the bytes it agreed to receive (agree.hpp) into its receive buffer.
 //
 // Who can read whom: the kernel lets a process read another's memory only with ptrace
@@ -68,8 +68,9 @@ struct State {
 };
 
 // The smallest alltoall block, and allgather part, that go by single copy: both
-// SAKER_COMM_CMA_MIN_BYTES where set (every member's figures are published; the group
-// takes the largest).
+// SAKER_COMM_CMA_MIN_BYTES where set, else kNever (off by default: cma.cpp says why).
+// Every member's figures are published; the group takes the largest.
+constexpr std::size_t kNever = SIZE_MAX;
 std::size_t default_min_bytes();
 std::size_t default_gather_min_bytes();
 // This member's offer (fills state.word and the record).
