@@ -86,9 +86,13 @@ cpu_set_t usable_cpus() {
 std::size_t header_bytes() { return kMaxLocal * sizeof(Flag); }
 
 // A barrier that found a lower member last seen on its own CPU this many times in a row
-// steps off that CPU (step_off_cpu), at most once per kStepGapNs per lane.
-constexpr int kSharedWaits = 64;
-constexpr std::int64_t kStepGapNs = 10'000'000;
+// steps off that CPU (step_off_cpu), at most once per kStepGapNs per lane. Short: each
+// sleep and wake-up between calls (a TCP barrier, a futex wait) may put the two on one CPU
+// again, and bench_collectives times blocks of 50 calls after such a barrier (64 and
+// 10 ms: 1 KiB reduce_scatter unpinned 0.48 GB/s (0.23-0.65); 16 and 1 ms: 0.66 (0.57-0.69)).
+// A step costs two sched_setaffinity calls and a migration, a few us at most per ms.
+constexpr int kSharedWaits = 16;
+constexpr std::int64_t kStepGapNs = 1'000'000;
 
 // Copies into a slot. Slot lines were read by the other ranks on their previous use,
 // so ordinary stores must first take each line back from their caches: cheap between
@@ -517,7 +521,7 @@ void ShmGroup::allgather(const void* send, void* recv, std::size_t bytes) {
   char* own = out + static_cast<std::size_t>(index_) * bytes;
   if (own != send && bytes > 0) std::memmove(own, send, bytes);
   if (size() == 1 || bytes == 0) return;
-  if (cma_.use_gather(bytes) && allgather_cma(out, bytes)) return;  // else every member redoes it here
+  if (cma_.use_gather(bytes) && allgather_cma(static_cast<const char*>(send), out, bytes)) return;  // else every member redoes it here
   for (std::size_t done = 0; done < bytes; done += slot_bytes_) {
     std::size_t m = std::min(slot_bytes_, bytes - done);
     Lane& lane = lanes_[0];
