@@ -208,6 +208,9 @@ void ShmGroup::alltoall_rounds(const char* send, const std::vector<std::size_t>&
     if (alltoall_cma(send, recv, recv_bytes, started)) return;
     head = 0;  // a read failed somewhere: every member redoes the whole call through the segment
     started = false;
+  } else if (started && cma_.on && cma_shares_missing()) {
+    head = 0;  // the first round is incomplete: every member runs all rounds
+    started = false;
   }
   exchange_rounds(send, send_bytes, max_pair, head, started,
                   [&](int set, std::size_t done) { alltoall_collect(set, head, recv, recv_bytes, recv_at_, done); },
@@ -225,9 +228,10 @@ void ShmGroup::alltoallv_start(const void* head, std::size_t head_bytes, void* h
   Lane& lane = lanes_[0];
   std::memcpy(slot(0, lane.set, index_), head, head_bytes);
   // With single copy on, the block addresses follow the head (finish() pulls with them
-  // when the largest block agreed is large enough), and an alltoall whose own blocks are
-  // that large publishes no shares: finish() then pulls for certain. reduce_scatter_finish
-  // reads its first round from the slots, so it always gets them.
+  // when the largest block agreed is in single copy's range), and an alltoall whose own
+  // largest block is in that range publishes no shares and flags it: should the agreed
+  // largest be out of range, finish() then runs every round from the start.
+  // reduce_scatter_finish reads its first round from the slots, so it always gets them.
   bool shares = true;
   if (cma_.on) {
     cma_at_ = a2a_head_;
@@ -236,7 +240,7 @@ void ShmGroup::alltoallv_start(const void* head, std::size_t head_bytes, void* h
   }
   if (size() > 1 && send_bytes.size() == static_cast<std::size_t>(size())) {
     offsets_into(send_bytes, send_at_);
-    if (cma_.on) cma_offer_blocks(lane.set, cma_at_, send);
+    if (cma_.on) cma_offer_blocks(lane.set, cma_at_, send, !shares);
     if (shares) alltoall_publish(lane.set, a2a_head_, send, send_bytes, send_at_, 0);
   }
   barrier(0, during);

@@ -77,15 +77,21 @@ std::size_t min_bytes_or(std::size_t otherwise) {
 }
 }  // namespace
 
-// Off unless asked for: on this project's 2-vCPU VM (a Firecracker guest, kernel 6.18) the
-// kernel's copy ran at 3-11 GB/s against memcpy's 12-67 GB/s (one process reading itself,
-// 256 KiB to 64 MiB), so one read costs more than the segment's two memcpys. Measured with
-// 2 ranks, 3-4 rounds each, single copy on/off busbw: alltoall at load ~5 0.73-0.84x
-// unpinned, 0.33-1.11x pinned (4-64 MiB); at load ~8 pinned 0.8x at 1 MiB, 1.1-1.8x at 2-64
-// MiB; allgather 0.3-0.9x except 1.2x at 64 MiB under load ~8. On hosts whose kernel copies
-// at memory speed (OpenMPI's vader relies on it) it may pay: SAKER_COMM_CMA_MIN_BYTES.
-std::size_t default_min_bytes() { return min_bytes_or(kNever); }
-std::size_t default_gather_min_bytes() { return min_bytes_or(kNever); }
+// Measured on this project's 2-vCPU VM (a Firecracker guest, Linux 6.18), 2 ranks, busbw
+// single copy on/off, interleaved with OpenMPI, 5-6 rounds at load ~3, pinned (ranges
+// tight): alltoall 0.81x at 512 KiB blocks, 1.95-2.02x at 1-2 MiB, 1.40x at 4 MiB, 0.97x at
+// 8 MiB, 0.94x at 32 MiB; allgather (peers reading the send buffer) 1.82-1.98x at 512 KiB
+// to 2 MiB parts, 0.90x at 8 MiB, 0.89x at 32 MiB. With it, both reach OpenMPI's figures
+// there (1.00-1.04x), which uses the same call. The kernel's copy runs at ~11 GB/s here
+// (memcpy 12-67 GB/s), so once the data leave the caches the segment's two copies, through
+// slots that stay cached, are as fast. Under load ~5-8 the same comparisons spread over
+// 0.3-1.8x either way.
+std::size_t default_min_bytes() { return min_bytes_or(std::size_t{1} << 20); }
+std::size_t default_gather_min_bytes() { return min_bytes_or(std::size_t{512} << 10); }
+std::size_t default_max_bytes() {
+  const char* v = std::getenv("SAKER_COMM_CMA_MIN_BYTES");
+  return v && *v ? kNever : std::size_t{8} << 20;
+}
 
 Offer offer(State& state) {
   state.word = fresh_word();
@@ -96,6 +102,7 @@ Offer offer(State& state) {
                state.word,
                default_min_bytes(),
                default_gather_min_bytes(),
+               default_max_bytes(),
                off && std::strcmp(off, "0") == 0 ? 0u : 1u};
 }
 
@@ -123,7 +130,10 @@ std::uint64_t address_in(const char* from, std::size_t index) {
 }
 }  // namespace
 
-std::size_t ShmGroup::cma_addresses_bytes() const { return (members_.size() * sizeof(std::uint64_t) + 63) / 64 * 64; }
+// One address per member, then whether this member left its first-round shares out.
+std::size_t ShmGroup::cma_addresses_bytes() const {
+  return ((members_.size() + 1) * sizeof(std::uint64_t) + 63) / 64 * 64;
+}
 
 // At set-up, after the segment is mapped: two barriers, the offers, then the verdicts.
 void ShmGroup::cma_setup() {
@@ -135,11 +145,13 @@ void ShmGroup::cma_setup() {
   // Every member sees the same offers: if one is unwilling, none reads anything.
   bool ok = true;
   cma_.min_bytes = cma_.gather_min_bytes = 0;
+  cma_.max_bytes = cma::kNever;
   std::vector<cma::Offer> offers(members_.size());
   for (std::size_t j = 0; j < offers.size(); ++j) {
     std::memcpy(&offers[j], slot(0, lane.set, static_cast<int>(j)), sizeof offers[j]);
     cma_.min_bytes = std::max<std::size_t>(cma_.min_bytes, offers[j].min_bytes);
     cma_.gather_min_bytes = std::max<std::size_t>(cma_.gather_min_bytes, offers[j].gather_min_bytes);
+    cma_.max_bytes = std::min<std::size_t>(cma_.max_bytes, offers[j].max_bytes);
     ok = ok && offers[j].willing == 1;
   }
   // Nobody asked for it (the same offers everywhere): no probe, and no second barrier.
@@ -185,8 +197,19 @@ bool ShmGroup::cma_settle(bool ok, const char* during) {
   return all;
 }
 
-void ShmGroup::cma_offer_blocks(int set, std::size_t at, const char* send) {
+void ShmGroup::cma_offer_blocks(int set, std::size_t at, const char* send, bool no_shares) {
   publish_addresses(slot(0, set, index_) + at, send, send_at_);
+  const std::uint64_t flag = no_shares ? 1 : 0;
+  std::memcpy(slot(0, set, index_) + at + members_.size() * sizeof flag, &flag, sizeof flag);
+}
+
+// After alltoallv_start: whether a member left its first-round shares out (its own blocks
+// were in single copy's range, the largest agreed block is not). Then every member, having
+// read the same flags, redoes the call through the segment from the start.
+bool ShmGroup::cma_shares_missing() const {
+  for (int j = 0; j < size(); ++j)
+    if (address_in(slot(0, lanes_[0].set ^ 1, j) + cma_at_, members_.size()) != 0) return true;
+  return false;
 }
 
 // send_at_ and recv_at_ hold the blocks' offsets. started: alltoallv_start published this
@@ -200,7 +223,7 @@ bool ShmGroup::alltoall_cma(const char* send, char* recv, const std::vector<std:
   if (!started) {
     set = lane.set;
     at = 0;
-    cma_offer_blocks(set, at, send);
+    cma_offer_blocks(set, at, send, false);
     barrier(0, "alltoall");
     lane.set ^= 1;
   }
@@ -215,12 +238,13 @@ bool ShmGroup::alltoall_cma(const char* send, char* recv, const std::vector<std:
   return cma_settle(ok, "alltoall");  // also: no member leaves (and reuses send) before all read
 }
 
-// Every member's block is `bytes` at out + j * bytes in its own receive buffer.
-bool ShmGroup::allgather_cma(char* out, std::size_t bytes) {
+// Member j's part lands at out + j * bytes. Peers read this member's part from its send
+// buffer, not from its copy in out: that copy was just written (its lines sit dirty in this
+// member's cache), and reading send measured faster.
+bool ShmGroup::allgather_cma(const char* send, char* out, std::size_t bytes) {
   Lane& lane = lanes_[0];
   const int set = lane.set;
-  const std::uint64_t mine = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(out)) +
-                             static_cast<std::uint64_t>(index_) * bytes;
+  const std::uint64_t mine = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(send));
   std::memcpy(slot(0, set, index_), &mine, sizeof mine);
   barrier(0, "allgather");
   lane.set ^= 1;

@@ -3,8 +3,8 @@
 //
 // Through the /dev/shm segment every byte of an alltoall or allgather is copied twice (into
 // the sender's slot, out into the receiver's buffer); OpenMPI's shared-memory transport
-// copies large messages once, with this same call. So, when asked for (off by default:
-// cma.cpp says why), above a size (State::min_bytes) a member publishes, in its slot, where its blocks lie in its own memory, and every member
+// copies large messages once, with this same call. So, for the sizes where that measured
+// faster (State::use, cma.cpp), a member publishes, in its slot, where its blocks lie in its own memory, and every member
 // pulls exactly the bytes it agreed to receive (agree.hpp) into its receive buffer.
 //
 // Who can read whom: the kernel lets a process read another's memory only with ptrace
@@ -51,28 +51,30 @@ struct Offer {
   std::uint64_t pid;
   std::uint64_t word_at;  // the address of `word` in the member's memory
   std::uint64_t word;     // a fresh random value
-  std::uint64_t min_bytes, gather_min_bytes;
+  std::uint64_t min_bytes, gather_min_bytes, max_bytes;
   std::uint64_t willing;  // 0: SAKER_COMM_CMA=0 on this member
 };
 
 // A group's decision, the same on every member.
 struct State {
   bool on = false;
-  std::size_t min_bytes = 0, gather_min_bytes = 0;
+  std::size_t min_bytes = 0, gather_min_bytes = 0, max_bytes = 0;  // max: exclusive
   std::vector<pid_t> pids;  // each member's, as it published it (checked by the probe)
   std::uint64_t word = 0;   // this member's probe word: peers read it
   // Whether an alltoall whose largest block is `bytes` goes by single copy.
-  bool use(std::size_t bytes) const { return on && bytes > 0 && bytes >= min_bytes; }
+  bool use(std::size_t bytes) const { return on && bytes > 0 && bytes >= min_bytes && bytes < max_bytes; }
   // Whether an allgather of `bytes` per member does.
-  bool use_gather(std::size_t bytes) const { return on && bytes > 0 && bytes >= gather_min_bytes; }
+  bool use_gather(std::size_t bytes) const { return on && bytes > 0 && bytes >= gather_min_bytes && bytes < max_bytes; }
 };
 
-// The smallest alltoall block, and allgather part, that go by single copy: both
-// SAKER_COMM_CMA_MIN_BYTES where set, else kNever (off by default: cma.cpp says why).
-// Every member's figures are published; the group takes the largest.
+// The smallest alltoall block, and allgather part, that go by single copy, and the size
+// from which they no longer do: SAKER_COMM_CMA_MIN_BYTES where set (and no upper bound),
+// else what was measured (cma.cpp). Every member's figures are published; the group takes
+// the largest minimum and the smallest bound.
 constexpr std::size_t kNever = SIZE_MAX;
 std::size_t default_min_bytes();
 std::size_t default_gather_min_bytes();
+std::size_t default_max_bytes();
 // This member's offer (fills state.word and the record).
 Offer offer(State& state);
 // Whether peer's offer is usable: the magic, and its word read back from its memory.

@@ -521,7 +521,8 @@ void ShmGroup::allgather(const void* send, void* recv, std::size_t bytes) {
   char* own = out + static_cast<std::size_t>(index_) * bytes;
   if (own != send && bytes > 0) std::memmove(own, send, bytes);
   if (size() == 1 || bytes == 0) return;
-  if (cma_.use_gather(bytes) && allgather_cma(static_cast<const char*>(send), out, bytes)) return;  // else every member redoes it here
+  // Single copy (cma.cpp) when asked for; if a read failed, every member redoes it here.
+  if (cma_.use_gather(bytes) && allgather_cma(static_cast<const char*>(send), out, bytes)) return;
   for (std::size_t done = 0; done < bytes; done += slot_bytes_) {
     std::size_t m = std::min(slot_bytes_, bytes - done);
     Lane& lane = lanes_[0];

@@ -231,9 +231,10 @@ class ShmGroup {
   void cma_setup();
   bool cma_settle(bool ok, const char* during);
   std::size_t cma_addresses_bytes() const;
-  void cma_offer_blocks(int set, std::size_t at, const char* send);
+  void cma_offer_blocks(int set, std::size_t at, const char* send, bool no_shares);
+  bool cma_shares_missing() const;
   bool alltoall_cma(const char* send, char* recv, const std::vector<std::size_t>& recv_bytes, bool started);
-  bool allgather_cma(char* out, std::size_t bytes);
+  bool allgather_cma(const char* send, char* out, std::size_t bytes);
   // Reduces [done, done + share) of this member's segment (own: its term in send) into recv.
   void reduce_scatter_collect(int set, const char* own, char* recv, std::size_t bytes, std::size_t done, DataType type,
                               ReduceOp op);

@@ -117,10 +117,10 @@ TEST_CASE("single copy: alltoall and allgather give the segment's bits, ragged w
       REQUIRE(run_rounds(n) == segment);
       CHECK(pulls() > before);
     }
-    // By default nothing goes by single copy (cma.cpp: slower on the VMs measured).
+    // By default blocks of 1 MiB up to 8 MiB (the 300001-row rounds: 3.6 MB to 10.8 MB).
     const std::uint64_t before = pulls();
     REQUIRE(run_rounds(n) == segment);
-    CHECK(pulls() == before);
+    CHECK(pulls() > before);
   }
 }
 
