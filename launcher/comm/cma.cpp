@@ -77,21 +77,17 @@ std::size_t min_bytes_or(std::size_t otherwise) {
 }
 }  // namespace
 
-// Measured on this project's 2-vCPU VM (a Firecracker guest, Linux 6.18), 2 ranks, busbw
-// single copy on/off, interleaved with OpenMPI, 5-6 rounds at load ~3, pinned (ranges
-// tight): alltoall 0.81x at 512 KiB blocks, 1.95-2.02x at 1-2 MiB, 1.40x at 4 MiB, 0.97x at
-// 8 MiB, 0.94x at 32 MiB; allgather (peers reading the send buffer) 1.82-1.98x at 512 KiB
-// to 2 MiB parts, 0.90x at 8 MiB, 0.89x at 32 MiB. With it, both reach OpenMPI's figures
-// there (1.00-1.04x), which uses the same call. The kernel's copy runs at ~11 GB/s here
-// (memcpy 12-67 GB/s), so once the data leave the caches the segment's two copies, through
-// slots that stay cached, are as fast. Under load ~5-8 the same comparisons spread over
-// 0.3-1.8x either way.
-std::size_t default_min_bytes() { return min_bytes_or(std::size_t{1} << 20); }
-std::size_t default_gather_min_bytes() { return min_bytes_or(std::size_t{512} << 10); }
-std::size_t default_max_bytes() {
-  const char* v = std::getenv("SAKER_COMM_CMA_MIN_BYTES");
-  return v && *v ? kNever : std::size_t{8} << 20;
-}
+// Off unless SAKER_COMM_CMA_MIN_BYTES asks for it, and never from 8 MiB on. Measured on this
+// project's 2-vCPU VM (a Firecracker guest, Linux 6.18), 2 ranks, busbw single copy on/off,
+// interleaved with OpenMPI: the kernel's copy runs at ~11 GB/s here whatever the load (so
+// does OpenMPI's, the same call), the segment's two memcpys through cached slots anywhere
+// from 5 to 20 GB/s. At load ~3 pinned, single copy gave alltoall 1.95-2.02x at 1-2 MiB
+// blocks, 1.40x at 4 MiB, allgather 1.82-1.98x at 512 KiB-2 MiB parts; at load ~1.4 pinned
+// 0.72x (alltoall, 2 MiB blocks) and 0.55-0.65x (allgather, 512 KiB-2 MiB parts); at load ~5
+// 0.33-1.11x; from 8 MiB 0.89-0.97x at any load. Not a win to turn on for everyone.
+std::size_t default_min_bytes() { return min_bytes_or(kNever); }
+std::size_t default_gather_min_bytes() { return min_bytes_or(kNever); }
+std::size_t default_max_bytes() { return std::size_t{8} << 20; }
 
 Offer offer(State& state) {
   state.word = fresh_word();

@@ -112,15 +112,18 @@ TEST_CASE("single copy: alltoall and allgather give the segment's bits, ragged w
     }
     REQUIRE(single == segment);
     {
-      EnvFor large("SAKER_COMM_CMA_MIN_BYTES", "1048576");  // the 300001-row rounds only
+      // The 300001-row rounds only, blocks of 3.6 MB to 10.8 MB: those of 8 MiB or more
+      // through the segment, so a member may have left its first-round shares out for a
+      // call that the largest block sends through the segment (alltoallv_start's flag).
+      EnvFor large("SAKER_COMM_CMA_MIN_BYTES", "1048576");
       const std::uint64_t before = pulls();
       REQUIRE(run_rounds(n) == segment);
       CHECK(pulls() > before);
     }
-    // By default blocks of 1 MiB up to 8 MiB (the 300001-row rounds: 3.6 MB to 10.8 MB).
+    // By default nothing goes by single copy (cma.cpp: not a win on the VM measured).
     const std::uint64_t before = pulls();
     REQUIRE(run_rounds(n) == segment);
-    CHECK(pulls() > before);
+    CHECK(pulls() == before);
   }
 }
 
