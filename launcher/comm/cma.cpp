@@ -77,16 +77,18 @@ std::size_t min_bytes_or(std::size_t otherwise) {
 }
 }  // namespace
 
-// Off unless SAKER_COMM_CMA_MIN_BYTES asks for it, and never from 8 MiB on. Measured on this
-// project's 2-vCPU VM (a Firecracker guest, Linux 6.18), 2 ranks, busbw single copy on/off,
-// interleaved with OpenMPI: the kernel's copy runs at ~11 GB/s here whatever the load (so
-// does OpenMPI's, the same call), the segment's two memcpys through cached slots anywhere
-// from 5 to 20 GB/s. At load ~3 pinned, single copy gave alltoall 1.95-2.02x at 1-2 MiB
-// blocks, 1.40x at 4 MiB, allgather 1.82-1.98x at 512 KiB-2 MiB parts; at load ~1.4 pinned
-// 0.72x (alltoall, 2 MiB blocks) and 0.55-0.65x (allgather, 512 KiB-2 MiB parts); at load ~5
-// 0.33-1.11x; from 8 MiB 0.89-0.97x at any load. Not a win to turn on for everyone.
-std::size_t default_min_bytes() { return min_bytes_or(kNever); }
-std::size_t default_gather_min_bytes() { return min_bytes_or(kNever); }
+// Alltoall blocks of 1 MiB and allgather parts of 512 KiB up to 8 MiB (SAKER_COMM_CMA_MIN_BYTES
+// moves the lower end). Measured on this project's 2-vCPU VM (a Firecracker guest, Linux
+// 6.18), 2 ranks, busbw, single copy against the segment and OpenMPI in the same rounds: the
+// kernel's copy holds ~11 GB/s (so does OpenMPI's, the same call), while the segment's two
+// memcpys run at ~15-20 GB/s when the two vCPUs share a cache and ~5.7 when they do not (the
+// hypervisor moves them; the same pinned run at load ~1.4 gave alltoall 4 MiB 15.2 once,
+// 5.67 another time). So single copy bounds the worst case at OpenMPI's figure: pinned,
+// alltoall 4 MiB 11.24 vs 5.67 (OpenMPI 10.92), allgather 4 MiB 11.23 vs 5.80 (11.03), and
+// 1.95-2.02x at load ~3; it costs 0.72-0.8x when the segment is in its fast mode. Below
+// 1 MiB blocks the segment was faster (0.81x); from 8 MiB 0.89-0.97x at any load.
+std::size_t default_min_bytes() { return min_bytes_or(std::size_t{1} << 20); }
+std::size_t default_gather_min_bytes() { return min_bytes_or(std::size_t{512} << 10); }
 std::size_t default_max_bytes() { return std::size_t{8} << 20; }
 
 Offer offer(State& state) {
