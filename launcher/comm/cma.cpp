@@ -77,18 +77,17 @@ std::size_t min_bytes_or(std::size_t otherwise) {
 }
 }  // namespace
 
-// Alltoall blocks of 1 MiB and allgather parts of 512 KiB up to 8 MiB (SAKER_COMM_CMA_MIN_BYTES
-// moves the lower end). Measured on this project's 2-vCPU VM (a Firecracker guest, Linux
-// 6.18), 2 ranks, busbw, single copy against the segment and OpenMPI in the same rounds: the
-// kernel's copy holds ~11 GB/s (so does OpenMPI's, the same call), while the segment's two
-// memcpys run at ~15-20 GB/s when the two vCPUs share a cache and ~5.7 when they do not (the
-// hypervisor moves them; the same pinned run at load ~1.4 gave alltoall 4 MiB 15.2 once,
-// 5.67 another time). So single copy bounds the worst case at OpenMPI's figure: pinned,
-// alltoall 4 MiB 11.24 vs 5.67 (OpenMPI 10.92), allgather 4 MiB 11.23 vs 5.80 (11.03), and
-// 1.95-2.02x at load ~3; it costs 0.72-0.8x when the segment is in its fast mode. Below
-// 1 MiB blocks the segment was faster (0.81x); from 8 MiB 0.89-0.97x at any load.
-std::size_t default_min_bytes() { return min_bytes_or(std::size_t{1} << 20); }
-std::size_t default_gather_min_bytes() { return min_bytes_or(std::size_t{512} << 10); }
+// Off unless SAKER_COMM_CMA_MIN_BYTES asks for it, and never from 8 MiB on. Measured on this
+// project's 2-vCPU VM (a Firecracker guest, Linux 6.18), 2 ranks, busbw, single copy against
+// the segment and OpenMPI in the same rounds (bench_collectives.sh): no robust win. The
+// kernel's copy reached ~11 GB/s (OpenMPI's too, the same call); the segment's two memcpys
+// 15-20 GB/s when the vCPUs share a cache, ~5.7 when not. Pinned at load ~1.4, alltoall
+// 4 MiB: single copy 11.24 vs segment 5.67 in one run, 10.87 vs 15.20 in another; at load
+// ~3.7, 4.26 vs 11.62 (allgather 1 MiB 3.27 vs 21.16), while in that run reduce_scatter,
+// which never uses it, also varied 0.34-2.55x between the two columns. From 8 MiB it was
+// 0.89-0.97x at any load; below 1 MiB blocks 0.81x.
+std::size_t default_min_bytes() { return min_bytes_or(kNever); }
+std::size_t default_gather_min_bytes() { return min_bytes_or(kNever); }
 std::size_t default_max_bytes() { return std::size_t{8} << 20; }
 
 Offer offer(State& state) {

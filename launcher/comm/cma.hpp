@@ -3,8 +3,8 @@
 //
 // Through the /dev/shm segment every byte of an alltoall or allgather is copied twice (into
 // the sender's slot, out into the receiver's buffer); OpenMPI's shared-memory transport
-// copies large messages once, with this same call. So, for the sizes where that measured
-// worth it (State::use, cma.cpp), a member publishes, in its slot, where its blocks lie in its own memory, and every member
+// copies large messages once, with this same call. So, for the sizes asked for (State::use;
+// off by default, cma.cpp says why), a member publishes, in its slot, where its blocks lie in its own memory, and every member
 // pulls exactly the bytes it agreed to receive (agree.hpp) into its receive buffer.
 //
 // Who can read whom: the kernel lets a process read another's memory only with ptrace
@@ -68,8 +68,8 @@ struct State {
 };
 
 // The smallest alltoall block, and allgather part, that go by single copy, and the size
-// from which they no longer do: SAKER_COMM_CMA_MIN_BYTES where set, else what was
-// measured (cma.cpp), and 8 MiB. Every member's figures are published; the group takes
+// from which they no longer do: SAKER_COMM_CMA_MIN_BYTES where set, else kNever (off:
+// cma.cpp says why), and 8 MiB. Every member's figures are published; the group takes
 // the largest minimum and the smallest bound.
 constexpr std::size_t kNever = SIZE_MAX;
 std::size_t default_min_bytes();

@@ -120,10 +120,10 @@ TEST_CASE("single copy: alltoall and allgather give the segment's bits, ragged w
       REQUIRE(run_rounds(n) == segment);
       CHECK(pulls() > before);
     }
-    // By default, alltoall blocks of 1 MiB up to 8 MiB: some of the 300001-row rounds.
+    // By default nothing goes by single copy (cma.cpp: no robust win on the VM measured).
     const std::uint64_t before = pulls();
     REQUIRE(run_rounds(n) == segment);
-    CHECK(pulls() > before);
+    CHECK(pulls() == before);
   }
 }
 
