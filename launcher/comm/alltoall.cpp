@@ -3,6 +3,7 @@
 // segment (transport shm), else all pairs at once over the links the ring uses (one
 // socket per direction, sealed frames under Transit::encrypt).
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <functional>
 
@@ -204,8 +205,11 @@ void ShmGroup::alltoall_rounds(const char* send, const std::vector<std::size_t>&
   offsets_into(send_bytes, send_at_);
   if (send_bytes[me] > 0) std::memmove(recv + recv_at_[me], send + send_at_[me], send_bytes[me]);
   if (n == 1) return;
-  if (cma_.use(max_pair)) {
-    if (alltoall_cma(send, recv, recv_bytes, started)) return;
+  const auto began = std::chrono::steady_clock::now();
+  const bool timed = cma_.use(max_pair);  // in single copy's range: timed under the path taken
+  const bool single = cma_pick(max_pair);  // the same on every member (cma_pick)
+  if (single) {
+    if (alltoall_cma(send, recv, recv_bytes, started)) return cma_time(max_pair, true, began);
     head = 0;  // a read failed somewhere: every member redoes the whole call through the segment
     started = false;
   } else if (started && cma_.on && cma_shares_missing()) {
@@ -215,6 +219,7 @@ void ShmGroup::alltoall_rounds(const char* send, const std::vector<std::size_t>&
   exchange_rounds(send, send_bytes, max_pair, head, started,
                   [&](int set, std::size_t done) { alltoall_collect(set, head, recv, recv_bytes, recv_at_, done); },
                   "alltoall");
+  if (timed && !single) cma_time(max_pair, false, began);
 }
 
 void ShmGroup::alltoallv(const char* send, const std::vector<std::size_t>& send_bytes, char* recv,
@@ -236,7 +241,7 @@ void ShmGroup::alltoallv_start(const void* head, std::size_t head_bytes, void* h
   if (cma_.on) {
     cma_at_ = a2a_head_;
     a2a_head_ += cma_addresses_bytes();
-    shares = std::strcmp(during, "alltoall") != 0 || !cma_.use(largest_to_others(send_bytes, index_));
+    shares = std::strcmp(during, "alltoall") != 0 || !cma_pick(largest_to_others(send_bytes, index_));
   }
   if (size() > 1 && send_bytes.size() == static_cast<std::size_t>(size())) {
     offsets_into(send_bytes, send_at_);

@@ -10,6 +10,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <chrono>
 #include <random>
 #include <string>
 
@@ -23,6 +24,7 @@ namespace {
 
 constexpr std::uint64_t kMagic = 0x53414b4552434d41ull;  // "SAKERCMA"
 std::atomic<int> fail_next{0};
+std::atomic<bool> skewed{false};
 
 std::uint64_t fresh_word() {
   std::random_device rd;
@@ -37,6 +39,8 @@ Counters& counters() {
 }
 
 void fail_next_pulls_for_testing(int n) { fail_next.store(n); }
+void skew_timings_for_testing(bool on) { skewed.store(on); }
+bool timings_skewed_for_testing() { return skewed.load(); }
 
 bool pull(pid_t pid, std::uint64_t remote, void* local, std::size_t bytes) noexcept {
   if (int f = fail_next.load(); f > 0 && fail_next.compare_exchange_strong(f, f - 1)) {
@@ -75,9 +79,13 @@ std::size_t min_bytes_or(std::size_t otherwise) {
                         "it must be a whole number of bytes", "set it to e.g. 65536, or unset it"));
   return static_cast<std::size_t>(n);
 }
+bool timed_by_default() {
+  const char* v = std::getenv("SAKER_COMM_CMA_MIN_BYTES");
+  return !v || !*v;
+}
 }  // namespace
 
-// Off unless SAKER_COMM_CMA_MIN_BYTES asks for it, and never from 8 MiB on. Measured on this
+// Forced only where SAKER_COMM_CMA_MIN_BYTES asks for it, and never from 8 MiB on. Measured on this
 // project's 2-vCPU VM (a Firecracker guest, Linux 6.18), 2 ranks, busbw, single copy against
 // the segment and OpenMPI in the same rounds (bench_collectives.sh): no robust win. The
 // kernel's copy reached ~11 GB/s (OpenMPI's too, the same call); the segment's two memcpys
@@ -85,8 +93,10 @@ std::size_t min_bytes_or(std::size_t otherwise) {
 // 4 MiB: single copy 11.24 vs segment 5.67 in one run, 10.87 vs 15.20 in another; at load
 // ~3.7, 4.26 vs 11.62 (allgather 1 MiB 3.27 vs 21.16), while in that run reduce_scatter,
 // which never uses it, also varied 0.34-2.55x between the two columns. From 8 MiB it was
-// 0.89-0.97x at any load; below 1 MiB blocks 0.81x.
-std::size_t default_min_bytes() { return min_bytes_or(kNever); }
+// 0.89-0.97x at any load; below 1 MiB blocks 0.81x. So, unless asked, alltoalls with
+// blocks of 1 to 8 MiB take whichever path the group timed faster for their size class
+// (ShmGroup::cma_time), and allgather the segment.
+std::size_t default_min_bytes() { return min_bytes_or(std::size_t{1} << 20); }
 std::size_t default_gather_min_bytes() { return min_bytes_or(kNever); }
 std::size_t default_max_bytes() { return std::size_t{8} << 20; }
 
@@ -100,7 +110,8 @@ Offer offer(State& state) {
                default_min_bytes(),
                default_gather_min_bytes(),
                default_max_bytes(),
-               off && std::strcmp(off, "0") == 0 ? 0u : 1u};
+               off && std::strcmp(off, "0") == 0 ? 0u : 1u,
+               timed_by_default() ? 1u : 0u};
 }
 
 bool check(const Offer& peer) noexcept {
@@ -143,6 +154,7 @@ void ShmGroup::cma_setup() {
   bool ok = true;
   cma_.min_bytes = cma_.gather_min_bytes = 0;
   cma_.max_bytes = cma::kNever;
+  cma_.timed = true;
   std::vector<cma::Offer> offers(members_.size());
   for (std::size_t j = 0; j < offers.size(); ++j) {
     std::memcpy(&offers[j], slot(0, lane.set, static_cast<int>(j)), sizeof offers[j]);
@@ -150,6 +162,7 @@ void ShmGroup::cma_setup() {
     cma_.gather_min_bytes = std::max<std::size_t>(cma_.gather_min_bytes, offers[j].gather_min_bytes);
     cma_.max_bytes = std::min<std::size_t>(cma_.max_bytes, offers[j].max_bytes);
     ok = ok && offers[j].willing == 1;
+    cma_.timed = cma_.timed && offers[j].timed == 1;  // one member asking forces it for all
   }
   // Nobody asked for it (the same offers everywhere): no probe, and no second barrier.
   if (ok && cma_.min_bytes == cma::kNever && cma_.gather_min_bytes == cma::kNever) {
@@ -192,6 +205,36 @@ bool ShmGroup::cma_settle(bool ok, const char* during) {
                 "; this call and the next ones copy through the shared-memory segment");
   }
   return all;
+}
+
+// Whether an alltoall whose largest block is `bytes` goes by single copy. The TimedChoice
+// depends on call counts and pooled figures only, so every member, making the same calls
+// with the same agreed largest block, picks the same; a member's own timings never decide.
+bool ShmGroup::cma_pick(std::size_t bytes) const {
+  return cma_.use(bytes) && (!cma_.timed || cma_choice_.second(bytes));
+}
+
+// After an alltoall in single copy's range that completed (single copy still on): its time
+// under the path taken; where the schedule says so (the same call on every member), one
+// more barrier pools the members' figures, the slowest member's for each path deciding.
+void ShmGroup::cma_time(std::size_t bytes, bool single, std::chrono::steady_clock::time_point began) {
+  if (!cma_.timed || !cma_.on) return;
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+  if (cma::timings_skewed_for_testing() && single == (index_ % 2 == 0)) seconds *= 100;
+  cma_choice_.record(bytes, single, seconds);
+  if (!cma_choice_.agreement_due(bytes)) return;
+  Lane& lane = lanes_[0];
+  const std::array<double, 2> mine = cma_choice_.figures(bytes);
+  std::memcpy(slot(0, lane.set, index_), mine.data(), sizeof mine);
+  barrier(0, "alltoall");
+  std::array<double, 2> pooled{};
+  for (int j = 0; j < size(); ++j) {
+    std::array<double, 2> theirs{};
+    std::memcpy(theirs.data(), slot(0, lane.set, j), sizeof theirs);
+    for (std::size_t k = 0; k < 2; ++k) pooled[k] = std::max(pooled[k], theirs[k]);
+  }
+  lane.set ^= 1;  // rewritten only after the next barrier
+  cma_choice_.agree(bytes, pooled[1] < pooled[0]);
 }
 
 void ShmGroup::cma_offer_blocks(int set, std::size_t at, const char* send, bool no_shares) {

@@ -3,8 +3,8 @@
 //
 // Through the /dev/shm segment every byte of an alltoall or allgather is copied twice (into
 // the sender's slot, out into the receiver's buffer); OpenMPI's shared-memory transport
-// copies large messages once, with this same call. So, for the sizes asked for (State::use;
-// off by default, cma.cpp says why), a member publishes, in its slot, where its blocks lie in its own memory, and every member
+// copies large messages once, with this same call. So, for the sizes asked for or timed faster
+// (State::use, State::timed; cma.cpp says why), a member publishes, in its slot, where its blocks lie in its own memory, and every member
 // pulls exactly the bytes it agreed to receive (agree.hpp) into its receive buffer.
 //
 // Who can read whom: the kernel lets a process read another's memory only with ptrace
@@ -44,6 +44,10 @@ struct Counters {
 Counters& counters();
 // Tests: the next n pull() calls in this process fail, as a refused read would.
 void fail_next_pulls_for_testing(int n);
+// Tests: while on, a member's timings of its alltoalls are skewed so that even members
+// find single copy 100x slower and odd members the segment: their own picks disagree.
+void skew_timings_for_testing(bool on);
+bool timings_skewed_for_testing();
 
 // What a member publishes at set-up, in its slot (untrusted by the others).
 struct Offer {
@@ -53,11 +57,16 @@ struct Offer {
   std::uint64_t word;     // a fresh random value
   std::uint64_t min_bytes, gather_min_bytes, max_bytes;
   std::uint64_t willing;  // 0: SAKER_COMM_CMA=0 on this member
+  std::uint64_t timed;    // 1: no SAKER_COMM_CMA_MIN_BYTES here, the group times both paths
 };
 
 // A group's decision, the same on every member.
 struct State {
   bool on = false;
+  // Whether, within the range, each alltoall size class goes by whichever path the group
+  // timed faster (ShmGroup::cma_time; every member applies the same pooled figures), or
+  // always by single copy (SAKER_COMM_CMA_MIN_BYTES on some member).
+  bool timed = false;
   std::size_t min_bytes = 0, gather_min_bytes = 0, max_bytes = 0;  // max: exclusive
   std::vector<pid_t> pids;  // each member's, as it published it (checked by the probe)
   std::uint64_t word = 0;   // this member's probe word: peers read it
@@ -68,9 +77,10 @@ struct State {
 };
 
 // The smallest alltoall block, and allgather part, that go by single copy, and the size
-// from which they no longer do: SAKER_COMM_CMA_MIN_BYTES where set, else kNever (off:
-// cma.cpp says why), and 8 MiB. Every member's figures are published; the group takes
-// the largest minimum and the smallest bound.
+// from which they no longer do: SAKER_COMM_CMA_MIN_BYTES where set, else 1 MiB for an
+// alltoall's largest block (timed against the segment: State::timed) and kNever for
+// allgather (cma.cpp says why), and 8 MiB. Every member's figures are published; the
+// group takes the largest minimum and the smallest bound.
 constexpr std::size_t kNever = SIZE_MAX;
 std::size_t default_min_bytes();
 std::size_t default_gather_min_bytes();

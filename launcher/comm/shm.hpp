@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <memory>
 #include <cstddef>
 #include <cstdint>
@@ -233,6 +234,8 @@ class ShmGroup {
   std::size_t cma_addresses_bytes() const;
   void cma_offer_blocks(int set, std::size_t at, const char* send, bool no_shares);
   bool cma_shares_missing() const;
+  bool cma_pick(std::size_t bytes) const;
+  void cma_time(std::size_t bytes, bool single, std::chrono::steady_clock::time_point began);
   bool alltoall_cma(const char* send, char* recv, const std::vector<std::size_t>& recv_bytes, bool started);
   bool allgather_cma(const char* send, char* out, std::size_t bytes);
   // Reduces [done, done + share) of this member's segment (own: its term in send) into recv.
@@ -254,6 +257,7 @@ class ShmGroup {
   std::vector<std::size_t> send_at_, recv_at_;  // each member's block's offset (alltoall.cpp)
   cma::State cma_;          // single copy between members: on, threshold, pids (cma.hpp)
   std::size_t cma_at_ = 0;  // where alltoallv_start put this member's block addresses in its slot
+  TimedChoice cma_choice_;  // single copy (second) or the segment, per alltoall size class (cma_time)
   std::vector<const void*> small_ins_;  // a small allreduce's inputs (the members' slots)
   Reused reused_;
 };
