@@ -254,6 +254,7 @@ class ShmGroup {
   std::unique_ptr<Lanes> threads_;
   StoreChoice stores_;
   std::size_t a2a_head_ = 0;  // the head of the alltoall that alltoallv_start began
+  std::chrono::steady_clock::time_point a2a_began_;  // when it began it (cma_time)
   std::vector<std::size_t> send_at_, recv_at_;  // each member's block's offset (alltoall.cpp)
   cma::State cma_;          // single copy between members: on, threshold, pids (cma.hpp)
   std::size_t cma_at_ = 0;  // where alltoallv_start put this member's block addresses in its slot
