@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -65,6 +66,45 @@ bool pull(pid_t pid, std::uint64_t remote, void* local, std::size_t bytes) noexc
   counters().pulls.fetch_add(1);
   return true;
 }
+
+namespace {
+std::size_t size_class(std::size_t bytes) { return static_cast<std::size_t>(std::bit_width(bytes)); }
+
+double median(std::array<double, 4> v) {
+  std::sort(v.begin(), v.end());
+  const auto first = std::find_if(v.begin(), v.end(), [](double x) { return x > 0; });
+  const auto n = static_cast<std::size_t>(v.end() - first);
+  if (n == 0) return 0;
+  const double* m = &*first;
+  return n % 2 ? m[n / 2] : (m[n / 2 - 1] + m[n / 2]) / 2;
+}
+}  // namespace
+
+bool PathChoice::single(std::size_t bytes) const {
+  const Class& c = by_size_[size_class(bytes)];
+  if (c.calls < 16 || c.agreed < 0) return (c.calls / 4) % 2 == 1;
+  return c.calls % 64 >= 60 ? c.agreed == 0 : c.agreed == 1;
+}
+
+void PathChoice::record(std::size_t bytes, bool single, double seconds) {
+  Class& c = by_size_[size_class(bytes)];
+  const int path = single ? 1 : 0;
+  ++c.calls;
+  if (c.last == path) c.recent[path][c.next[path]++ % 4] = seconds / static_cast<double>(bytes);
+  c.last = path;
+}
+
+bool PathChoice::agreement_due(std::size_t bytes) const {
+  const std::uint64_t calls = by_size_[size_class(bytes)].calls;
+  return calls >= 16 && calls % 16 == 0;
+}
+
+std::array<double, 2> PathChoice::figures(std::size_t bytes) const {
+  const Class& c = by_size_[size_class(bytes)];
+  return {median(c.recent[0]), median(c.recent[1])};
+}
+
+void PathChoice::agree(std::size_t bytes, bool single) { by_size_[size_class(bytes)].agreed = single ? 1 : 0; }
 
 namespace {
 // SAKER_COMM_CMA_MIN_BYTES, else `otherwise`.
@@ -207,16 +247,16 @@ bool ShmGroup::cma_settle(bool ok, const char* during) {
   return all;
 }
 
-// Whether an alltoall whose largest block is `bytes` goes by single copy. The TimedChoice
+// Whether an alltoall whose largest block is `bytes` goes by single copy. The PathChoice
 // depends on call counts and pooled figures only, so every member, making the same calls
 // with the same agreed largest block, picks the same; a member's own timings never decide.
 bool ShmGroup::cma_pick(std::size_t bytes) const {
-  return cma_.use(bytes) && (!cma_.timed || cma_choice_.second(bytes));
+  return cma_.use(bytes) && (!cma_.timed || cma_choice_.single(bytes));
 }
 
 // After an alltoall in single copy's range that completed (single copy still on): its time
-// under the path taken; where the schedule says so (the same call on every member), one
-// more barrier pools the members' figures, the slowest member's for each path deciding.
+// under the path taken (cma::PathChoice); where the schedule says so (the same call on
+// every member), one more barrier pools the members' figures, the slowest member's for each path deciding.
 void ShmGroup::cma_time(std::size_t bytes, bool single, std::chrono::steady_clock::time_point began) {
   if (!cma_.timed || !cma_.on) return;
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();

@@ -26,6 +26,7 @@
 
 #include <sys/types.h>
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -58,6 +59,34 @@ struct Offer {
   std::uint64_t min_bytes, gather_min_bytes, max_bytes;
   std::uint64_t willing;  // 0: SAKER_COMM_CMA=0 on this member
   std::uint64_t timed;    // 1: no SAKER_COMM_CMA_MIN_BYTES here, the group times both paths
+};
+
+// Single copy or the segment, per power-of-two size class of an alltoall's largest block,
+// like TimedChoice (tuning.hpp) but tried in runs: a path's first call after the other
+// path's is slow (the other one's copies evicted its buffers from cache) and is not
+// counted. Measured here with 2 MiB blocks, alternating each call gave single copy 0.14-0.24
+// ns/byte, a run of it 0.09, so TimedChoice's alternation always picked the segment. Calls
+// 0-15: four of each path in turn; from then the agreed pick, and every 64th call a run of
+// four of the other. Its figures are medians of each path's last four counted calls; the
+// members pool them when agreement_due() (every 16th call), so picks depend only on call
+// counts and pooled figures: the same on every member that makes the same calls.
+class PathChoice {
+ public:
+  bool single(std::size_t bytes) const;
+  void record(std::size_t bytes, bool single, double seconds);
+  bool agreement_due(std::size_t bytes) const;
+  std::array<double, 2> figures(std::size_t bytes) const;  // segment, single: s/byte (0: none)
+  void agree(std::size_t bytes, bool single);
+
+ private:
+  struct Class {
+    std::array<std::array<double, 4>, 2> recent{};  // per path, 0: not measured
+    std::array<unsigned, 2> next{};
+    std::uint64_t calls = 0;
+    int last = -1;    // the path of the previous call
+    int agreed = -1;  // -1: none yet
+  };
+  std::array<Class, 65> by_size_{};
 };
 
 // A group's decision, the same on every member.

@@ -258,7 +258,7 @@ class ShmGroup {
   std::vector<std::size_t> send_at_, recv_at_;  // each member's block's offset (alltoall.cpp)
   cma::State cma_;          // single copy between members: on, threshold, pids (cma.hpp)
   std::size_t cma_at_ = 0;  // where alltoallv_start put this member's block addresses in its slot
-  TimedChoice cma_choice_;  // single copy (second) or the segment, per alltoall size class (cma_time)
+  cma::PathChoice cma_choice_;  // single copy or the segment, per alltoall size class (cma_time)
   std::vector<const void*> small_ins_;  // a small allreduce's inputs (the members' slots)
   Reused reused_;
 };

@@ -170,7 +170,7 @@ TEST_CASE("single copy, timed: members whose own timings disagree still take the
     INFO("world size " << n);
     {
       // Even members find single copy 100x slower, odd ones the segment: were each to
-      // follow its own figures, from the first agreement on (the 9th call) they would
+      // follow its own figures, from the first agreement on (the 17th call) they would
       // split, one pulling addresses the other never waits for (wrong bits, or a hang).
       cma::skew_timings_for_testing(true);
       const Paths p = timed_calls(n, 40);
