@@ -229,3 +229,29 @@ TEST_CASE("single copy: one rank's read failing mid-call redoes the call through
   // other two members' reads of that call: 2 each.
   CHECK(pulls() <= at_failure + 4);
 }
+
+TEST_CASE("single copy, timed: PathChoice tries each path in runs, leaves each run's first call out, then follows the pick",
+          "[comm][alltoall][cma]") {
+  cma::PathChoice c;
+  const std::size_t bytes = 3u << 20;
+  for (int call = 0; call < 16; ++call) {
+    INFO("call " << call);
+    REQUIRE_FALSE(c.agreement_due(bytes));
+    const bool single = c.single(bytes);
+    CHECK(single == ((call / 4) % 2 == 1));  // four of each in turn
+    // A run's first call is slow (cold caches) and must not count; the others take `call`
+    // s/byte, so the medians of the last four counted show which calls were counted.
+    const double per_byte = call % 4 == 0 ? 1000.0 : call;
+    c.record(bytes, single, per_byte * static_cast<double>(bytes));
+  }
+  REQUIRE(c.agreement_due(bytes));
+  CHECK(c.figures(bytes) == std::array<double, 2>{9.5, 13.5});  // segment 3, 9-11; single 7, 13-15
+  CHECK(c.figures(bytes / 8) == std::array<double, 2>{0.0, 0.0});  // another size class: untouched
+  c.agree(bytes, true);
+  for (int call = 16; call < 65; ++call) {
+    INFO("call " << call);
+    CHECK(c.single(bytes) == (call < 60 || call == 64));  // a run of the other path every 64th call
+    CHECK(c.agreement_due(bytes) == (call % 16 == 0));
+    c.record(bytes, c.single(bytes), static_cast<double>(bytes));
+  }
+}
