@@ -17,6 +17,7 @@
 
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "launcher/comm/tuning.hpp"
 #include "launcher/comm/shm.hpp"
 
 namespace saker::comm {
@@ -109,15 +110,9 @@ void PathChoice::agree(std::size_t bytes, bool single) { by_size_[size_class(byt
 namespace {
 // SAKER_COMM_CMA_MIN_BYTES, else `otherwise`.
 std::size_t min_bytes_or(std::size_t otherwise) {
-  const char* v = std::getenv("SAKER_COMM_CMA_MIN_BYTES");
-  if (!v || !*v) return otherwise;
-  char* end = nullptr;
-  errno = 0;
-  unsigned long long n = std::strtoull(v, &end, 10);
-  if (errno != 0 || *end != '\0' || *v == '-')
-    throw Error(explain("SAKER_COMM_CMA_MIN_BYTES='" + std::string(v) + "' is not a byte count",
-                        "it must be a whole number of bytes", "set it to e.g. 65536, or unset it"));
-  return static_cast<std::size_t>(n);
+  std::size_t n = otherwise;
+  env_size("SAKER_COMM_CMA_MIN_BYTES", &n);
+  return n;
 }
 bool timed_by_default() {
   const char* v = std::getenv("SAKER_COMM_CMA_MIN_BYTES");

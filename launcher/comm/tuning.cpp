@@ -22,6 +22,8 @@ namespace {
 constexpr std::size_t kBusyPollSpare = 8u << 20;
 constexpr std::size_t kBusyPollCrowded = 256u << 10;
 
+}  // namespace
+
 bool env_size(const char* name, std::size_t* out) {
   const char* v = std::getenv(name);
   if (!v || !*v) return false;
@@ -34,8 +36,6 @@ bool env_size(const char* name, std::size_t* out) {
   *out = static_cast<std::size_t>(x);
   return true;
 }
-
-}  // namespace
 
 double TimedChoice::Recent::typical() const {
   std::array<double, 4> v{};

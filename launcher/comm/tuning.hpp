@@ -18,6 +18,10 @@
 
 namespace saker::comm {
 
+// A count from the environment: false when `name` is unset or empty, else *out, or
+// saker::Error naming the variable when it is not a whole number >= 0.
+bool env_size(const char* name, std::size_t* out);
+
 // Which of two ways of doing the same thing is faster here, per power-of-two size
 // class, from the timings of this rank's own calls. After a cold first call and four
 // calls with each, the faster one by the median of its last four timed calls: one slow
