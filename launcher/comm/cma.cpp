@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <bit>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -68,19 +67,6 @@ bool pull(pid_t pid, std::uint64_t remote, void* local, std::size_t bytes) noexc
   return true;
 }
 
-namespace {
-std::size_t size_class(std::size_t bytes) { return static_cast<std::size_t>(std::bit_width(bytes)); }
-
-double median(std::array<double, 4> v) {
-  std::sort(v.begin(), v.end());
-  const auto first = std::find_if(v.begin(), v.end(), [](double x) { return x > 0; });
-  const auto n = static_cast<std::size_t>(v.end() - first);
-  if (n == 0) return 0;
-  const double* m = &*first;
-  return n % 2 ? m[n / 2] : (m[n / 2 - 1] + m[n / 2]) / 2;
-}
-}  // namespace
-
 bool PathChoice::single(std::size_t bytes) const {
   const Class& c = by_size_[size_class(bytes)];
   if (c.calls < 16 || c.agreed < 0) return (c.calls / 4) % 2 == 1;
@@ -91,7 +77,7 @@ void PathChoice::record(std::size_t bytes, bool single, double seconds) {
   Class& c = by_size_[size_class(bytes)];
   const int path = single ? 1 : 0;
   ++c.calls;
-  if (c.last == path) c.recent[path][c.next[path]++ % 4] = seconds / static_cast<double>(bytes);
+  if (c.last == path) c.recent[path].add(seconds / static_cast<double>(bytes));
   c.last = path;
 }
 
@@ -102,7 +88,7 @@ bool PathChoice::agreement_due(std::size_t bytes) const {
 
 std::array<double, 2> PathChoice::figures(std::size_t bytes) const {
   const Class& c = by_size_[size_class(bytes)];
-  return {median(c.recent[0]), median(c.recent[1])};
+  return {c.recent[0].typical(), c.recent[1].typical()};
 }
 
 void PathChoice::agree(std::size_t bytes, bool single) { by_size_[size_class(bytes)].agreed = single ? 1 : 0; }

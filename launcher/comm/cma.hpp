@@ -32,6 +32,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "launcher/comm/tuning.hpp"
+
 namespace saker::comm::cma {
 
 // Reads exactly `bytes` at `remote` in process pid into local. False when the kernel
@@ -80,8 +82,7 @@ class PathChoice {
 
  private:
   struct Class {
-    std::array<std::array<double, 4>, 2> recent{};  // per path, 0: not measured
-    std::array<unsigned, 2> next{};
+    std::array<RecentTimes, 2> recent{};  // segment, single
     std::uint64_t calls = 0;
     int last = -1;    // the path of the previous call
     int agreed = -1;  // -1: none yet

@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <bit>
 
 #include <cerrno>
 #include <cstdlib>
@@ -37,7 +36,7 @@ bool env_size(const char* name, std::size_t* out) {
   return true;
 }
 
-double TimedChoice::Recent::typical() const {
+double RecentTimes::typical() const {
   std::array<double, 4> v{};
   std::size_t n = 0;
   for (double x : seconds_per_byte) {
@@ -50,8 +49,6 @@ double TimedChoice::Recent::typical() const {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-std::size_t TimedChoice::size_class(std::size_t bytes) { return static_cast<std::size_t>(std::bit_width(bytes)); }
-
 bool TimedChoice::second(std::size_t bytes) const {
   const Stats& s = by_size_[size_class(bytes)];
   if (s.calls < 9) return s.calls != 0 && s.calls % 2 == 0;  // a cold first call, then each in turn, four times
@@ -61,9 +58,8 @@ bool TimedChoice::second(std::size_t bytes) const {
 
 void TimedChoice::record(std::size_t bytes, bool second, double seconds) {
   Stats& s = by_size_[size_class(bytes)];
-  Recent& r = s.mode[second ? 1 : 0];
   if (s.calls++ == 0) return;  // first touches and page faults say nothing about the choice
-  r.seconds_per_byte[r.next++ % r.seconds_per_byte.size()] = seconds / static_cast<double>(bytes);
+  s.mode[second ? 1 : 0].add(seconds / static_cast<double>(bytes));
 }
 
 bool TimedChoice::agreement_due(std::size_t bytes) const {

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <array>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -21,6 +22,19 @@ namespace saker::comm {
 // A count from the environment: false when `name` is unset or empty, else *out, or
 // saker::Error naming the variable when it is not a whole number >= 0.
 bool env_size(const char* name, std::size_t* out);
+
+// The power-of-two class of a size (its bit width): the timed choices below (and
+// cma::PathChoice) keep their figures per class.
+inline std::size_t size_class(std::size_t bytes) { return static_cast<std::size_t>(std::bit_width(bytes)); }
+
+// A way's last four timed calls, in seconds per byte; typical() is their median, 0 while
+// none is measured. The median, not the best: TimedChoice says why.
+struct RecentTimes {
+  std::array<double, 4> seconds_per_byte{};  // 0: not measured yet
+  unsigned next = 0;
+  void add(double s_per_byte) { seconds_per_byte[next++ % seconds_per_byte.size()] = s_per_byte; }
+  double typical() const;
+};
 
 // Which of two ways of doing the same thing is faster here, per power-of-two size
 // class, from the timings of this rank's own calls. After a cold first call and four
@@ -53,17 +67,11 @@ class TimedChoice {
   void agree(std::size_t bytes, bool second);
 
  private:
-  struct Recent {
-    std::array<double, 4> seconds_per_byte{};  // 0: not measured yet
-    unsigned next = 0;
-    double typical() const;  // median of the measured ones
-  };
   struct Stats {
-    Recent mode[2];  // first, second
+    RecentTimes mode[2];  // first, second
     std::uint64_t calls = 0;
     int agreed = -1;  // -1: judge alone; else the pooled pick
   };
-  static std::size_t size_class(std::size_t bytes);
   std::array<Stats, 65> by_size_{};
 };
 
