@@ -66,6 +66,17 @@ struct alignas(kLine) Flag {
 // own compute; measured in bench_torch ddp-breakdown under load, the comm threads' CPU per
 // DDP step fell from 21.9 ms (10.4-39.3) to 15.8 ms (12.5-20.0) with a 1 ms yield phase.
 constexpr std::int64_t kYieldNs = 1'000'000;
+// Before those yields, a waiter that may have a CPU of its own, whose peer is not on its
+// CPU, keeps polling this long past its spin budget (wait_step). Yielding there cannot help
+// the peer, which runs elsewhere; it hands the CPU to whatever else is runnable on it, which
+// may keep it for a time slice while the peer arrives microseconds later. Two pinned ranks
+// beside a busy process on each CPU fell to 0.00-0.01 GB/s on 1-64 KiB alltoall, allgather
+// and reduce-scatter (OpenMPI, which polls, 0.5-5.8); holding 10, 30, 100 or 1000 us gave
+// 0.5-12 GB/s alike. Short, because a rank's own compute threads may want the CPU too: a
+// 1 ms hold cost the DDP step 1-5% (bench_torch --baseline, no busy processes); 50 us
+// cost nothing measurable (0.993 of the step without it, noise 1.018; the comm thread's
+// CPU +1-2 ms of ~13 per step, its buckets done sooner).
+constexpr std::int64_t kHoldNs = 50'000;
 long futex(std::atomic<std::uint32_t>* word, int op, std::uint32_t value, const timespec* limit) {
   return syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), op, value, limit, nullptr, 0);
 }
@@ -252,6 +263,23 @@ std::vector<cpu_set_t> ShmGroup::members_masks() {
   return all;
 }
 
+namespace {
+thread_local BarrierWaits t_waits;  // barrier_waits_this_thread()
+
+void count_wait(std::int64_t late_ns, std::int64_t spin_ns, bool yielded) {
+  if (late_ns <= 0 || late_ns >= spin_ns + kHoldNs) return;
+  ++t_waits.short_waits;
+  if (yielded) ++t_waits.short_waits_yielded;
+}
+}  // namespace
+
+BarrierWaits barrier_waits_this_thread() noexcept { return t_waits; }
+
+WaitStep wait_step(std::int64_t past_spin_ns, bool hold) {
+  if (hold && past_spin_ns < kHoldNs) return WaitStep::pause;
+  return past_spin_ns < kYieldNs ? WaitStep::yield : WaitStep::sleep;
+}
+
 bool step_off_cpu(int cpu) {
   cpu_set_t mask;
   if (cpu < 0 || sched_getaffinity(0, sizeof mask, &mask) != 0 || !CPU_ISSET(cpu, &mask) || CPU_COUNT(&mask) < 2)
@@ -373,9 +401,11 @@ void ShmGroup::barrier(int lane_index, const char* during) {
   // From the arrival time (the same clock): no second clock read when the peers are there.
   const net::Deadline deadline = net::Clock::time_point(std::chrono::nanoseconds(arrived)) + mesh_.timeout();
   bool shared = false;  // a lower member was last seen on this CPU
+  bool yielded = false;
   for (int j = 0; j < size(); ++j) {
     std::uint64_t polls = 0;
-    if (j != index_ && cpu >= 0 && flags[j].cpu.load(std::memory_order_relaxed) == cpu) {
+    const bool peer_here = j != index_ && cpu >= 0 && flags[j].cpu.load(std::memory_order_relaxed) == cpu;
+    if (peer_here) {
       spinning = false;
       shared = shared || j < index_;
     }
@@ -387,7 +417,11 @@ void ShmGroup::barrier(int lane_index, const char* during) {
         if (polls < kSpins || polls % 16 != 0 || now_ns() < spin_until) continue;
         spinning = false;
       }
-      if (now_ns() < spin_until + kYieldNs) {
+      const WaitStep step = wait_step(now_ns() - spin_until, own_cpus_ && !peer_here);
+      if (step == WaitStep::pause) {
+        _mm_pause();
+      } else if (step == WaitStep::yield) {
+        yielded = true;
         sched_yield();  // let the peer run
       } else {
         flags[j].sleepers.fetch_add(1, std::memory_order_seq_cst);
@@ -411,6 +445,7 @@ void ShmGroup::barrier(int lane_index, const char* during) {
     }
     last = std::max(last, flags[j].arrived_ns[phase % 2].load(std::memory_order_relaxed));
   }
+  count_wait(last - arrived, spin_until - arrived, yielded);
   lane.spin.learn(last - arrived, spinning);
   // Members that may each have a CPU but keep meeting on one hand it over at every call
   // (~1.8 us a 1 KiB call, 2 ranks on a loaded 2-CPU machine, where the scheduler kept both

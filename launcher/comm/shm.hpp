@@ -8,9 +8,10 @@
 // buffer from all slots, in the same rank order. The order is fixed, so results are
 // reproducible and independent of timing and of the path. Waits busy-poll for as long as
 // the peers have lately been late (SpinBudget: up to 50 us, only while every member may
-// have a CPU of its own, and not for a peer last seen on the waiter's CPU), then yield (a
-// blocking wake-up costs ~50 us), and watch the deadline, abort notices and whether the
-// peer's process still exists.
+// have a CPU of its own, and not for a peer last seen on the waiter's CPU), poll 50 us
+// more under the same conditions (wait_step), then yield for up to 1 ms (a blocking
+// wake-up costs ~50 us), then sleep on the peer's futex word; all along they watch the
+// deadline, abort notices and whether the peer's process still exists.
 //
 // Large allreduces are cut into stripes, each with its own slots and flags (a lane of
 // the segment), and a rank runs its stripes on up to that many threads (Lanes): one
@@ -105,6 +106,18 @@ bool own_cpu_each(const std::vector<cpu_set_t>& masks, int online);
 // members keep meeting on one CPU while the node has one for each (shm.cpp says when).
 // Whether it moved: false where the mask holds `cpu` alone or not at all.
 bool step_off_cpu(int cpu);
+// What a barrier's waiter does next once its spin budget is spent, past_spin_ns later:
+// pause-poll (hold: it may have a CPU of its own and the peer is not on it), yield the CPU
+// between polls, or sleep on the peer's futex word (shm.cpp says for how long each).
+enum class WaitStep { pause, yield, sleep };
+WaitStep wait_step(std::int64_t past_spin_ns, bool hold);
+// This thread's barriers whose last member arrived within the spin budget plus the hold
+// (by the members' arrival times), and how many of them yielded the CPU (tests).
+struct BarrierWaits {
+  std::uint64_t short_waits = 0;
+  std::uint64_t short_waits_yielded = 0;
+};
+BarrierWaits barrier_waits_this_thread() noexcept;
 
 // The segment's file in /dev/shm. Another user on the node can create a file there under
 // any name it can guess, and learn names from the rendezvous store. So the node's first

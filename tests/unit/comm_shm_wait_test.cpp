@@ -3,6 +3,7 @@
 // on a node with more runnable threads than CPUs it leaves the CPU to the peer's compute.
 #include <catch2/catch.hpp>
 
+#include <sched.h>
 #include <time.h>
 
 #include <chrono>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "comm_alltoall_support.hpp"
+#include "launcher/comm/shm.hpp"
 
 using namespace saker::comm;
 using namespace saker::comm::test;
@@ -50,4 +52,63 @@ TEST_CASE("shm barrier: a rank waiting for a late peer sleeps, and wakes with th
   // A yield loop keeps the waiter runnable for the whole wait: on an idle core it uses
   // about all of it (a load can only lower that). A sleeping waiter uses a few percent.
   REQUIRE(waiter_cpu < 0.3 * waited);
+}
+
+TEST_CASE("shm barrier: past its spin, a waiter with a CPU of its own polls a while, then yields, then sleeps",
+          "[comm][shm][spin]") {
+  // Holding is for a waiter that may have a CPU of its own and whose peer runs elsewhere.
+  CHECK(wait_step(0, true) == WaitStep::pause);
+  CHECK(wait_step(49'000, true) == WaitStep::pause);
+  CHECK(wait_step(51'000, true) == WaitStep::yield);
+  CHECK(wait_step(0, false) == WaitStep::yield);  // the peer may be queued on this CPU
+  CHECK(wait_step(999'000, false) == WaitStep::yield);
+  CHECK(wait_step(1'001'000, true) == WaitStep::sleep);
+  CHECK(wait_step(1'001'000, false) == WaitStep::sleep);
+}
+
+TEST_CASE("shm barrier: a rank with a CPU of its own keeps it while a peer on another CPU is briefly late",
+          "[comm][shm][spin]") {
+  cpu_set_t mask;
+  REQUIRE(sched_getaffinity(0, sizeof mask, &mask) == 0);
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE && cpus.size() < 2; ++c)
+    if (CPU_ISSET(c, &mask)) cpus.push_back(c);
+  if (cpus.size() < 2) {
+    WARN("one usable CPU: ranks cannot each have their own; nothing to check");
+    return;
+  }
+  constexpr int kCalls = 64;
+  constexpr auto kLate = std::chrono::microseconds(15);  // past the first spins, well inside the hold
+  BarrierWaits waits;
+  const auto pin = [&](int r) {  // rank r on CPU cpus[r] alone, as taskset or --cpu-bind would
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpus[static_cast<std::size_t>(r)], &one);
+    REQUIRE(sched_setaffinity(0, sizeof one, &one) == 0);
+  };
+  run_ranks(2, [&](Communicator& c, Failures& f) {
+    const BarrierWaits before = barrier_waits_this_thread();
+    for (int call = 0; call < kCalls; ++call) {
+      if (c.rank() == 1)  // late by a busy wait: a sleep would add the timer's slack
+        for (const auto until = std::chrono::steady_clock::now() + kLate; std::chrono::steady_clock::now() < until;) {
+        }
+      std::int64_t v[4] = {c.rank() + 1, 1, 2, call};
+      c.allreduce(v, 4, DataType::i64);  // small: one barrier through the segment
+      if (v[0] != 3 || v[3] != 2 * call) f.add("rank " + std::to_string(c.rank()) + ", call " + std::to_string(call) + ": wrong sum");
+    }
+    const BarrierWaits after = barrier_waits_this_thread();
+    if (c.rank() == 0)
+      waits = {after.short_waits - before.short_waits, after.short_waits_yielded - before.short_waits_yielded};
+  }, quick_options(), nodes_for(Transport::shm, 2), pin);
+  // Counted by the ranks' arrival times, so only waits the hold could cover: the peer came
+  // within it. A load that delays rank 1 past it leaves fewer, and a count this low says
+  // nothing either way.
+  INFO("rank 0: " << waits.short_waits << " short waits, " << waits.short_waits_yielded << " of them yielded its CPU");
+  if (waits.short_waits < 8) {
+    WARN("rank 1 was rarely on time (the machine is loaded): too few short waits to judge");
+    return;
+  }
+  // Yielding would hand rank 0's CPU to another process (the peer cannot run there), which
+  // may keep it for a time slice. The barrier before the hold yielded in every such wait.
+  REQUIRE(waits.short_waits_yielded * 4 <= waits.short_waits);
 }
