@@ -68,7 +68,7 @@ class StoreChoice : public TimedChoice {
   bool streaming(std::size_t bytes) const { return second(bytes); }
 };
 
-// How long a barrier busy-waits before it yields, one per lane (barrier() in shm.cpp), in
+// How long a barrier busy-waits before it yields, one per lane (barrier() in shm_barrier.cpp), in
 // the style of glibc's adaptive mutexes: it follows how late the last member came,
 // towards twice that lateness while spinning caught the peers, towards zero (a few pauses
 // only, then yields) once a wait outlasted the spin or the peers came later than half the
@@ -103,12 +103,12 @@ bool own_cpu_each(const std::vector<cpu_set_t>& masks, int online);
 
 // Moves the calling thread off `cpu` to another CPU of its affinity mask, and gives it its
 // mask back: a migration the scheduler could have made, which the barrier makes when two
-// members keep meeting on one CPU while the node has one for each (shm.cpp says when).
+// members keep meeting on one CPU while the node has one for each (shm_barrier.cpp says when).
 // Whether it moved: false where the mask holds `cpu` alone or not at all.
 bool step_off_cpu(int cpu);
 // What a barrier's waiter does next once its spin budget is spent, past_spin_ns later:
 // pause-poll (hold: it may have a CPU of its own and the peer is not on it), yield the CPU
-// between polls, or sleep on the peer's futex word (shm.cpp says for how long each).
+// between polls, or sleep on the peer's futex word (shm_barrier.cpp says for how long each).
 enum class WaitStep { pause, yield, sleep };
 WaitStep wait_step(std::int64_t past_spin_ns, bool hold);
 // This thread's barriers whose last member arrived within the spin budget plus the hold

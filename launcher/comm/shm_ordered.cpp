@@ -32,7 +32,7 @@ constexpr std::size_t kDirectBytes = 64 * 1024;
 // slots) stays within 32 MiB.
 constexpr std::size_t kSlotBytes = 1 << 20;
 constexpr std::size_t kSegmentBudget = 32u << 20;
-// Pause-spins before each sched_yield() while waiting (shm.cpp says why it is short).
+// Pause-spins before each sched_yield() while waiting (shm_barrier.cpp says why it is short).
 constexpr std::uint64_t kSpins = 32;
 
 struct alignas(kLine) Flag {
@@ -68,7 +68,7 @@ ShmOrdered::~ShmOrdered() {
   if (base_) munmap(base_, map_bytes_);
 }
 
-// As ShmGroup::map_segment (shm.cpp): map, wait until every rank has, then unlink; on
+// As ShmGroup::map_segment (shm_segment.cpp): map, wait until every rank has, then unlink; on
 // any failure unmap and remove the name, so that nothing is left in /dev/shm.
 void ShmOrdered::map_segment() {
   int fd = -1;
