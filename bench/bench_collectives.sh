@@ -16,7 +16,9 @@
 # that build's bench_collectives as column saker-base, in the same rounds, and cxx/base;
 # BENCH_PIN=1 pins rank r to CPU r (taskset; OpenMPI --bind-to core): unpinned on a loaded
 # machine the scheduler may keep both ranks on one CPU, and Saker's barrier, which yields to
-# a peer seen on its own CPU, then hands the CPU over at every call while OpenMPI busy-polls)
+# a peer seen on its own CPU, then hands the CPU over at every call while OpenMPI busy-polls;
+# BENCH_BUSY=1 runs a busy loop at normal priority on every CPU for the whole run, the
+# machine another user's CPU-bound job makes: with BENCH_PIN=1 each rank shares its CPU)
 set -euo pipefail
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
 [[ ${1:-3} =~ ^[1-9][0-9]*$ ]] || { echo "bench_collectives: ROUNDS must be a positive number, not '$1'" >&2; exit 2; }
@@ -31,7 +33,14 @@ for p in "$run" "$build/bench/bench_collectives" "$build/bench/bench_collectives
   [[ -x $p ]] || { echo "bench_collectives: no $p; run 'make bench/bench_collectives bench/bench_collectives_mpi' in the build tree" >&2; exit 1; }
 done
 out=$(mktemp)
-trap 'rm -f "$out"' EXIT
+busy=()
+trap 'rm -f "$out"; [[ ${#busy[@]} == 0 ]] || kill "${busy[@]}" 2>/dev/null' EXIT
+if [[ ${BENCH_BUSY:-0} == 1 ]]; then
+  for ((c = 0; c < $(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc); c++)); do
+    taskset -c "$c" bash -c 'while :; do :; done' &
+    busy+=($!)
+  done
+fi
 # cxx LABEL CMD...: "OP BYTES median min max busbw" lines become "result OP.BYTES.LABEL busbw".
 cxx() {
   local label=$1
@@ -60,7 +69,7 @@ for ((i = 1; i <= rounds; i++)); do
   nice "$run" --local -n 2 --max-restarts 0 -- "${pin[@]}" $py "$src/bench/bench_torch.py" collectives "$sizes" 2>/dev/null |
     grep '^result' >> "$out" || echo "bench_collectives: the Python run failed; kept what it printed" >&2
 done
-$py - "$out" "$sizes" "${BENCH_PIN:-0}" <<'PY'
+$py - "$out" "$sizes" "${BENCH_PIN:-0}" "${BENCH_BUSY:-0}" <<'PY'
 import statistics, sys
 v = {}
 for line in open(sys.argv[1]):
@@ -72,7 +81,8 @@ based = any(k.endswith(".saker-base") for k in v)
 if based:
     ways.insert(1, "saker-base")
 print("busbw GB/s, median (min-max) over rounds; 2 ranks, one node, CPU, shared machine (niced)"
-      + ("; rank r pinned to CPU r" if sys.argv[3] == "1" else ""))
+      + ("; rank r pinned to CPU r" if sys.argv[3] == "1" else "")
+      + ("; a busy loop on every CPU" if sys.argv[4] == "1" else ""))
 print(f"{'op':15s}{'bytes':>10s}" + "".join(f"{w:>22s}" for w in ways) + f"{'cxx/mpi':>9s}{'cxx/mpitcp':>11s}{'saker/gloo':>11s}"
       + (f"{'cxx/base':>9s}" if based else ""))
 def fig(k):
