@@ -4,6 +4,7 @@ not, sync and async, and the refusals (ops, dtypes, devices it cannot serve) nam
 to use instead. DDP over it is checked by examples/torch/train_ddp.py."""
 
 import datetime
+import threading
 import time
 
 import torch
@@ -54,6 +55,34 @@ fut = work.get_future()
 work.wait()
 check(work.is_completed() and work.is_success(), "async work completes")
 check(torch.equal(fut.wait()[0], torch.full((1000,), n * (n - 1) / 2)), "the future carries the result")
+
+
+
+class _HeldCompleter:
+    """Stands in the completion thread's queue and holds it until released (or 60 s)."""
+
+    def __init__(self):
+        self.release, self.timed_out = threading.Event(), False
+
+    def _finish(self):
+        self.timed_out = not self.release.wait(60)
+
+
+# A synchronous call finishes in the caller's wait(), not through the completion thread
+# (one thread hand-off less). Checked with that thread held: the calls must return, with
+# their results and completed futures, before it is released.
+held = _HeldCompleter()
+dist.distributed_c10d._get_default_group()._done._queue.put((held, None))
+x = torch.full((6,), float(r + 1))
+w = dist.all_reduce(x, async_op=True)
+w.wait()
+a2a = torch.empty(2 * n)
+dist.all_to_all_single(a2a, torch.arange(2.0 * n) + 100 * r)
+check(not held.timed_out, "the synchronous calls returned while the completion thread was held")
+check(torch.equal(x, torch.full((6,), total)) and w.get_future().done(), "all_reduce finished by wait()")
+check(torch.equal(a2a, torch.tensor([100.0 * k + c for k in range(n) for c in (2 * r, 2 * r + 1)])),
+      "all_to_all_single finished by wait()")
+held.release.set()
 
 b = torch.full((5,), float(r))
 dist.broadcast(b, src=n - 1)

@@ -114,10 +114,12 @@ def _cuda_stream_of(tensors):
 
 
 class _Work(Work):
-    """A pending collective: wait() blocks on the library's handle; the future completes
-    (from the completion thread) once the result is in the caller's tensors. For CUDA
-    tensors the future is CUDA-aware and is completed inside the caller's stream, so what
-    DDP chains on it waits for the copy back (torch refuses a CUDA result otherwise)."""
+    """A pending collective: its future completes once the result is in the caller's
+    tensors, from the completion thread or from wait(), whichever comes first. wait() waits
+    on the library's handle itself: through the completion thread each synchronous call
+    paid one more thread hand-off, a time slice on a busy CPU. For CUDA tensors the future
+    is CUDA-aware and is completed inside the caller's stream, so what DDP chains on it
+    waits for the copy back (torch refuses a CUDA result otherwise)."""
 
     def __init__(self, result):
         super().__init__()
@@ -126,6 +128,31 @@ class _Work(Work):
         self._result = result
         self._done = threading.Event()
         self._error = None
+        self._bound = False  # by _Completer.submit: a handle to wait and what to run after it
+        self._handle = self._after = None
+        self._finishing = threading.Lock()  # after() and _complete() run once, by one thread
+
+    def _bind(self, handle, after):
+        self._handle, self._after, self._bound = handle, after, True
+
+    def _finish(self):
+        """Waits for the library's handle, then copies the result back and completes the
+        future, once, whichever thread gets there first; the other returns when it is done."""
+        error = None
+        try:
+            if self._handle is not None:
+                self._handle.wait()  # releases the GIL; any number of threads may wait
+        except Exception as e:  # the Work carries it to whoever waits
+            error = RuntimeError(str(e))
+        with self._finishing:
+            if self._done.is_set():
+                return
+            if error is None and self._after is not None:
+                try:
+                    self._after()
+                except Exception as e:
+                    error = RuntimeError(str(e))
+            self._complete(error)
 
     def _complete(self, error=None):
         self._error = error
@@ -139,7 +166,12 @@ class _Work(Work):
                 self._future.set_result(self._result)
 
     def wait(self, timeout=timedelta(0)):
-        self._done.wait()
+        if self._done.is_set():
+            pass
+        elif self._bound:
+            self._finish()  # beside the completion thread: whichever gets there first finishes it
+        else:
+            self._done.wait()
         if self._error is not None:
             raise self._error
         return True
@@ -179,7 +211,8 @@ class _Completer:
     def submit(self, handle, work, after=None, keep=None):
         """keep: buffers the library reads or writes until handle completes (staged
         copies nobody else references), held here until then."""
-        self._queue.put((handle, work, after, keep))
+        work._bind(handle, after)
+        self._queue.put((work, keep))
         return work
 
     def stop(self):
@@ -199,15 +232,9 @@ class _Completer:
             item = self._queue.get()
             if item is None:
                 return
-            handle, work, after, keep = item
-            try:
-                if handle is not None:
-                    handle.wait()
-                if after is not None:
-                    after()
-                work._complete()
-            except Exception as e:  # the Work carries it to whoever waits
-                work._complete(RuntimeError(str(e)))
+            work, keep = item
+            work._finish()
+            del keep  # the staged buffers live until the library is done with them
 
 
 class SakerProcessGroup(ProcessGroup):
