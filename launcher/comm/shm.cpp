@@ -2,7 +2,6 @@
 // shm_barrier.cpp, the segment's making and checking in shm_segment.cpp.
 #include "launcher/comm/shm.hpp"
 
-#include <immintrin.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -14,6 +13,7 @@
 #include "common/error.hpp"
 #include "launcher/comm/reduce.hpp"
 #include "launcher/comm/shm_layout.hpp"
+#include "launcher/comm/stream_copy.hpp"
 
 namespace saker::comm {
 using namespace shm_layout;
@@ -33,19 +33,8 @@ constexpr std::size_t kStripeBytes = 1 << 20;
 // streaming 7.6 ms across CCDs, and a VM's vCPUs move between the two. So StoreChoice
 // picks per size by timing both. Results are the same either way.
 void publish(char* slot, const char* src, std::size_t bytes, bool streaming) {
-  if (!streaming) {
-    std::memcpy(slot, src, bytes);
-    return;
-  }
-  std::size_t i = 0;
-  while (i < bytes && reinterpret_cast<std::uintptr_t>(slot + i) % 16 != 0) {
-    slot[i] = src[i];
-    ++i;
-  }
-  for (; i + 16 <= bytes; i += 16)
-    _mm_stream_si128(reinterpret_cast<__m128i*>(slot + i), _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
-  if (i < bytes) std::memcpy(slot + i, src + i, bytes - i);
-  _mm_sfence();  // the barrier's flag must not become visible before the data
+  if (streaming) copy_streaming(slot, src, bytes);  // fenced: the barrier's flag comes after the data
+  else std::memcpy(slot, src, bytes);
 }
 
 // The most a large allreduce moves per round of its two barriers (a piece, cut from the
@@ -88,6 +77,7 @@ ShmGroup::ShmGroup(Mesh& mesh, std::vector<int> members, int channel, std::size_
   // Members busy-wait only when each may have a CPU of its own (SpinBudget, own_cpu_each).
   // Each member's own mask alone gave pinned ranks (one CPU apiece) no spin at all.
   own_cpus_ = own_cpu_each(members_masks(), cores_online());
+  stream_past_ = stream_past(last_level_cache(), static_cast<int>(members_.size()));
   for (Lane& lane : lanes_) lane.spin = SpinBudget(own_cpus_ ? kSpinCapNs : 0);
   cma_setup();  // whether alltoall and allgather may copy once between members (cma.hpp)
   threads_ = std::make_unique<Lanes>(std::clamp(threads, 1, static_cast<int>(lanes_.size())));
@@ -201,7 +191,8 @@ void ShmGroup::broadcast(void* data, std::size_t bytes, int root_index) {
 void ShmGroup::allgather(const void* send, void* recv, std::size_t bytes) {
   char* out = static_cast<char*>(recv);
   char* own = out + static_cast<std::size_t>(index_) * bytes;
-  if (own != send && bytes > 0) std::memmove(own, send, bytes);
+  // Past this rank's cache share, streamed: 64 MiB 4.7 -> 5.5 GB/s here (2 ranks).
+  copy_within(own, static_cast<const char*>(send), bytes, bytes * (members_.size() + 1) > stream_past_);
   if (size() == 1 || bytes == 0) return;
   // Single copy (cma.cpp) when asked for; if a read failed, every member redoes it here.
   if (cma_.use_gather(bytes) && allgather_cma(static_cast<const char*>(send), out, bytes)) return;

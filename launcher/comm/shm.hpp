@@ -264,6 +264,9 @@ class ShmGroup {
   char* base_ = nullptr;
   std::vector<Lane> lanes_;
   bool own_cpus_ = false;  // whether each member may have a CPU of its own (own_cpu_each)
+  // What a call may read and write on this rank before it streams its copy of its own
+  // block (stream_copy.hpp): this member's share of the last-level cache.
+  std::size_t stream_past_ = ~std::size_t{0};
   std::unique_ptr<Lanes> threads_;
   StoreChoice stores_;
   std::size_t a2a_head_ = 0;  // the head of the alltoall that alltoallv_start began

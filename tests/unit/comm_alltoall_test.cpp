@@ -10,6 +10,7 @@
 #include <string>
 
 #include "comm_alltoall_support.hpp"
+#include "launcher/comm/stream_copy.hpp"
 
 using namespace saker::comm;
 using namespace saker::comm::test;
@@ -200,3 +201,45 @@ TEST_CASE("alltoall: two ranks, large uneven transfers, send thread on and off, 
     }
 }
 
+
+// A call that outgrows this rank's share of the last-level cache copies its own block with
+// non-temporal stores (stream_copy.hpp): the bytes must be the same, at odd sizes and
+// offsets. Sized from this machine's cache so that the streamed copy is the one taken.
+TEST_CASE("alltoall and allgather past the cache share (own block streamed): exact bytes", "[comm][alltoall][shm]") {
+  const std::size_t share = stream_past(last_level_cache(), 2);
+  if (share > (256u << 20)) {
+    WARN("the last-level cache is unknown or over 512 MiB: no call here is large enough to stream");
+    return;
+  }
+  run_ranks(2, [&](Communicator& c, Failures& f) {
+    const int me = c.rank();
+    const std::size_t rows = share / 4 / 8 + 4099;  // int64 rows: a call's 4 blocks pass the share
+    auto rows_of = [&](int from, int to) { return rows + static_cast<std::size_t>(from + to); };  // uneven
+    std::vector<std::size_t> sc{rows_of(me, 0), rows_of(me, 1)}, rc{rows_of(0, me), rows_of(1, me)};
+    std::vector<std::int64_t> send;
+    for (int j = 0; j < 2; ++j)
+      for (std::size_t k = 0; k < sc[static_cast<std::size_t>(j)]; ++k) send.push_back(cell(me, j, k));
+    std::vector<std::int64_t> got(rc[0] + rc[1], -1);
+    for (int call = 0; call < 2; ++call) {  // single copy and the segment may each take one
+      c.alltoallv(send.data(), sc, got.data(), rc, 1, DataType::i64, "streamed");
+      std::size_t at = 0;
+      for (int i = 0; i < 2; ++i)
+        for (std::size_t k = 0; k < rc[static_cast<std::size_t>(i)]; ++k, ++at)
+          if (got[at] != cell(i, me, k)) {
+            f.add("alltoall: rank " + std::to_string(me) + " wrong element from rank " + std::to_string(i) + " at " +
+                  std::to_string(k));
+            return;
+          }
+    }
+    const std::size_t part = share / 3 + 4099;  // bytes: a part and the whole output pass the share
+    std::vector<unsigned char> mine(part), all(2 * part, 0);
+    for (std::size_t k = 0; k < part; ++k) mine[k] = static_cast<unsigned char>(bits(me, 5, 5, k));
+    c.allgather(mine.data(), all.data(), part);
+    for (int i = 0; i < 2; ++i)
+      for (std::size_t k = 0; k < part; ++k)
+        if (all[static_cast<std::size_t>(i) * part + k] != static_cast<unsigned char>(bits(i, 5, 5, k))) {
+          f.add("allgather: wrong byte from rank " + std::to_string(i) + " at " + std::to_string(k));
+          return;
+        }
+  });
+}
