@@ -11,6 +11,7 @@
 #include "launcher/comm/agree.hpp"
 #include "launcher/comm/impl.hpp"
 #include "launcher/comm/ring.hpp"
+#include "launcher/comm/shm_layout.hpp"
 #include "launcher/comm/stream_copy.hpp"
 #include "common/error.hpp"
 #include "saker/error.hpp"
@@ -130,7 +131,8 @@ void agree::gather(Communicator::Impl& impl, Table& t) {
 // out of every peer's slot. Shares are whole cache lines, so no two members write one; the
 // peer at distance d (1..n-1) up the members uses share d-1, on both sides.
 std::size_t ShmGroup::alltoall_share(std::size_t head_bytes) const {
-  const std::size_t share = (slot_bytes_ - head_bytes) / static_cast<std::size_t>(size() - 1) / 64 * 64;
+  const std::size_t share =
+      std::min(shm_layout::kRoundBytes, (slot_bytes_ - head_bytes) / static_cast<std::size_t>(size() - 1)) / 64 * 64;
   SAKER_ASSERT(share > 0, "shm alltoallv: slots too small for the members");
   return share;
 }

@@ -17,6 +17,18 @@ constexpr std::size_t kMaxLocal = 256;
 // how late its peers actually arrived (SpinBudget, shm.hpp).
 constexpr std::int64_t kSpinCapNs = 50'000;
 
+// The most a member moves through its slot per barrier in a large allreduce (a piece),
+// alltoall or reduce-scatter (a share per peer) or allgather, where the slot is larger
+// (2 MiB for 2 ranks). A round's working set on each rank, its bytes in the caller's
+// buffers, its slot and the parts it reads from the peers' slots, is a few times that: at
+// 512 KiB it stays in a core's L2 from the copy in to the copy out, where a whole slot went
+// out to L3 and back. Measured here (2 ranks, 1 MiB L2 each): allreduce 16+48+32 MiB back
+// to back 10.5-10.9 -> 8.1-8.6 ms (256 KiB: ~9.4, more barriers); pinned C++
+// bench_collectives, 2 runs each, alltoall 64 MiB 5.1-5.4 -> 5.9-6.1 GB/s, 16 MiB
+// 6.1-6.3 -> 6.5-6.6, reduce-scatter 16 MiB 8.0-8.2 -> 10.0-10.4, allgather 16 MiB
+// 5.6-5.9 -> 6.2-7.2. A constant: every member must cut the same rounds.
+constexpr std::size_t kRoundBytes = 512 * 1024;
+
 // A member's arrival at a barrier: the phase it reached, when (CLOCK_MONOTONIC, the same
 // clock in every process of the machine), which its peers learn their spin from, and on
 // which CPU. The time goes by the phase's parity: a member that left barrier p may store
